@@ -1,0 +1,132 @@
+//! Shared by the integration tests: where the golden vectors live and how to read them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use burn_lowp::tensor_file::TensorFile;
+use serde_json::Value;
+
+/// `LOWP_TEST_DATA` (set by the GPU bundle) or this repository's `tests/data`.
+pub fn data_dir() -> PathBuf {
+    std::env::var_os("LOWP_TEST_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
+}
+
+pub fn goldens_path() -> PathBuf {
+    data_dir().join("goldens_public.safetensors")
+}
+
+pub struct Goldens {
+    pub file: TensorFile,
+    pub cases: Vec<Value>,
+}
+
+pub fn goldens() -> Goldens {
+    let manifest = std::fs::read_to_string(data_dir().join("goldens_public.json"))
+        .expect("tests/data/goldens_public.json is part of the repository");
+    let manifest: Value = serde_json::from_str(&manifest).expect("manifest is JSON");
+    Goldens {
+        file: TensorFile::open(goldens_path()).expect("golden safetensors file"),
+        cases: manifest["cases"].as_array().expect("cases array").clone(),
+    }
+}
+
+impl Goldens {
+    pub fn u8(&self, case: &Value, field: &str) -> (Vec<usize>, Vec<u8>) {
+        let name = format!("{}.{field}", case["name"].as_str().unwrap());
+        self.file.read_u8(&name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn f32(&self, case: &Value, field: &str) -> (Vec<usize>, Vec<f32>) {
+        let name = format!("{}.{field}", case["name"].as_str().unwrap());
+        self.file.read_f32(&name).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// The top-left `[rows, cols]` of a row-major matrix with `stride` columns, after checking that
+/// every cell outside it is zero (padding).
+pub fn crop_zero_padded(values: &[u8], stride: usize, rows: usize, cols: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for (i, &v) in values.iter().enumerate() {
+        let (r, c) = (i / stride, i % stride);
+        if r < rows && c < cols {
+            out.push(v);
+        } else {
+            assert_eq!(v, 0, "padding cell ({r}, {c}) is {v}, not 0");
+        }
+    }
+    out
+}
+
+/// Position of an E2M1 code on the signed grid -6..6 (codes 0 and 8, +0 and -0, share one).
+pub fn e2m1_grid_position(code: u8) -> i32 {
+    let magnitude = (code & 7) as i32;
+    if code & 8 != 0 {
+        7 - magnitude
+    } else {
+        7 + magnitude
+    }
+}
+
+/// Compares packed E2M1 bytes: returns (elements, mismatching elements), and panics if any
+/// mismatch is not a neighbouring grid value.
+pub fn compare_e2m1_neighbours(what: &str, ours: &[u8], golden: &[u8]) -> (usize, usize) {
+    assert_eq!(ours.len(), golden.len(), "{what}: byte counts differ");
+    let mut mismatches = 0;
+    for (i, (&a, &b)) in ours.iter().zip(golden).enumerate() {
+        for shift in [0, 4] {
+            let (ca, cb) = ((a >> shift) & 0xF, (b >> shift) & 0xF);
+            let (pa, pb) = (e2m1_grid_position(ca), e2m1_grid_position(cb));
+            if pa != pb {
+                mismatches += 1;
+                assert_eq!(
+                    (pa - pb).abs(),
+                    1,
+                    "{what}: element {} is code {ca:#x}, golden {cb:#x}: not neighbours",
+                    2 * i + shift as usize / 4
+                );
+            }
+        }
+    }
+    (ours.len() * 2, mismatches)
+}
+
+/// SplitMix64: a tiny deterministic generator for test inputs.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.uniform().max(1e-300);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// A `[rows, cols]` BF16-representable matrix: unit Gaussians, each row scaled by 2^e with e
+/// uniform in `[-spread, spread]`, so blocks see both large and tiny values.
+pub fn random_matrix(rows: usize, cols: usize, seed: u64, spread: f64) -> burn_lowp::format::HostMatrix {
+    use burn_lowp::format::{HostMatrix, InputDtype};
+    let mut rng = SplitMix(seed);
+    let mut values = Vec::with_capacity(rows * cols);
+    for _ in 0..rows {
+        let row_scale = (2.0 * spread * rng.uniform() - spread).exp2();
+        for _ in 0..cols {
+            values.push(InputDtype::BF16.round((rng.normal() * row_scale) as f32));
+        }
+    }
+    HostMatrix::new("random", rows, cols, InputDtype::BF16, values).unwrap()
+}
