@@ -1,9 +1,13 @@
 //! burn-lowp: Transformer-Engine-class low-precision (FP8, MXFP8, NVFP4) training for Burn.
 //!
 //! * [`format`]: the reference quantizers, bit-exact with TE, that everything else is tested against.
+//! * [`tensor_file`]: reading and writing safetensors files for the `lowp` CLI.
+//! * [`cli`]: the `lowp quantize` / `lowp inspect` commands.
 
+pub mod cli;
 pub mod debug;
 pub mod error;
 pub mod format;
+pub mod tensor_file;
 
 pub use error::{LowpError, Result};
