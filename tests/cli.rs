@@ -230,3 +230,34 @@ fn any_rank_and_dtype_quantize_and_inspect_reports_every_tensor() {
     let fp8_line = text.lines().skip_while(|l| !l.starts_with("layer.w")).nth(1).unwrap();
     assert!(fp8_line.contains("fp8-e4m3") && fp8_line.contains("underflow   0.0000%"), "{fp8_line}");
 }
+
+#[test]
+fn f16_and_bf16_inputs_are_read_as_their_dtype() {
+    use safetensors::{serialize, tensor::TensorView, Dtype};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("halves.safetensors");
+    // At most 6 significant bits: exact in f16 and bf16 alike.
+    let values: Vec<f32> = (0..32 * 32).map(|i| ((i % 64) as f32 - 32.0) / 8.0 * (1 << (i / 64 % 4)) as f32).collect();
+    let f16: Vec<u8> = values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+    let bf16: Vec<u8> = values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect();
+    let views = vec![
+        ("a", TensorView::new(Dtype::F16, vec![32, 32], &f16).unwrap()),
+        ("b", TensorView::new(Dtype::BF16, vec![32, 32], &bf16).unwrap()),
+    ];
+    std::fs::write(&file, serialize(views, None).unwrap()).unwrap();
+    for (tensor, dtype) in [("a", "f16"), ("b", "bf16")] {
+        let out = dir.path().join(format!("{tensor}.q"));
+        let o = quantize(&file, tensor, "mxfp8-e4m3", &[], &out);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let q = TensorFile::open(&out).unwrap();
+        assert_eq!(q.metadata().unwrap()["source_dtype"], dtype);
+        // The values are exact in both dtypes: both files give the same codes.
+        let expected = burn_lowp::format::quantize_mxfp8(
+            &burn_lowp::format::HostMatrix::new("x", 32, 32, burn_lowp::format::InputDtype::F32, values.clone()).unwrap(),
+            &burn_lowp::format::Mxfp8Config { fp8: burn_lowp::format::Fp8Format::E4M3, block_2d: false },
+            burn_lowp::format::Usage::BOTH,
+        )
+        .unwrap();
+        assert_eq!(q.read_u8("rowwise_data").unwrap().1, expected.rowwise.unwrap().codes);
+    }
+}
