@@ -1,10 +1,31 @@
-//! CubeCL quantization kernels for burn-lowp.
+//! CubeCL quantization kernels for burn-lowp, generic over `cubecl::Runtime`, with no Burn types.
 //!
-//! Every kernel here is generic over `cubecl::Runtime` and knows nothing about Burn. Each kernel
-//! family gets its own file (`amax.rs`, `fp8.rs`, `mxfp8.rs`, ...) together with its launch wrapper;
-//! the host reference it must match bit for bit lives in the root crate under `src/format/`.
+//! One kernel family per file, each with the launch wrapper in `launch.rs`: `amax` (tensor amax and
+//! the NVFP4 post-RHT amax), `fp8` (per-tensor current/delayed scaling), `fp8_block` (1x128,
+//! 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. In-kernel scalar helpers live in `codec`,
+//! `scale`, `hadamard` and `random`. The host references they match bit for bit are in the root
+//! crate under `src/format/`.
 //!
-//! The kernels arrive with issue 3; until then this crate only pins the CubeCL version so the
-//! workspace resolves and builds with every backend feature.
+//! Inputs are read as raw 32-bit words (one f32, or two f16/bf16, per word), so every runtime reads
+//! every input dtype exactly, bf16 included. Codes are written packed into u32 words (the bytes in
+//! memory are the row-major code bytes), block scales as bytes (MXFP8/NVFP4, needs 8-bit storage)
+//! or f32 (FP8).
 
+pub mod amax;
+pub mod codec;
+pub mod dequantize;
+pub mod flags;
+pub mod fp8;
+pub mod fp8_block;
+pub mod hadamard;
+pub mod launch;
+pub mod mxfp8;
+pub mod nvfp4;
+pub mod random;
+pub mod reduce;
+pub mod scale;
+pub mod swizzle;
+
+pub use codec::{ElemKind, Fp8Kind};
 pub use cubecl;
+pub use launch::*;

@@ -1,0 +1,366 @@
+//! In-kernel scalar helpers: input words to f32, f32 to FP8 / E2M1 codes, E8M0 and E4M3 block
+//! scales. Each function mirrors `burn_lowp::format::codec` step for step, with u32 arithmetic on
+//! the bit patterns, so that every runtime produces the reference's bytes.
+
+use cubecl::prelude::*;
+
+/// Element type of the high-precision input, read as raw little-endian 32-bit words: one f32 per
+/// word, or two 16-bit values per word (the even element in the low half).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ElemKind {
+    F32,
+    F16,
+    BF16,
+}
+
+impl ElemKind {
+    pub fn bytes(self) -> usize {
+        match self {
+            ElemKind::F32 => 4,
+            ElemKind::F16 | ElemKind::BF16 => 2,
+        }
+    }
+
+    /// Bits of the dtype's largest finite value, as f32 (block scaling's `value_for_inf`).
+    pub fn max_finite_bits(self) -> u32 {
+        match self {
+            ElemKind::F32 => f32::MAX.to_bits(),
+            ElemKind::F16 => 0x477F_E000,  // 65504
+            ElemKind::BF16 => 0x7F7F_0000, // 3.3895e38
+        }
+    }
+}
+
+/// An 8-bit float element format.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Fp8Kind {
+    E4M3,
+    E5M2,
+}
+
+impl Fp8Kind {
+    pub fn mantissa_bits(self) -> u32 {
+        match self {
+            Fp8Kind::E4M3 => 3,
+            Fp8Kind::E5M2 => 2,
+        }
+    }
+
+    pub fn bias(self) -> u32 {
+        match self {
+            Fp8Kind::E4M3 => 7,
+            Fp8Kind::E5M2 => 15,
+        }
+    }
+
+    /// Code of the largest finite magnitude.
+    pub fn max_code(self) -> u32 {
+        match self {
+            Fp8Kind::E4M3 => 0x7E,
+            Fp8Kind::E5M2 => 0x7B,
+        }
+    }
+
+    pub fn max_bits(self) -> u32 {
+        match self {
+            Fp8Kind::E4M3 => 0x43E0_0000, // 448
+            Fp8Kind::E5M2 => 0x4760_0000, // 57344
+        }
+    }
+}
+
+/// f16 bits (in the low 16 bits) to f32, exactly (subnormals through an exact product).
+#[cube]
+pub fn f16_bits_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u32) << 16u32;
+    let exponent = (h >> 10u32) & 0x1Fu32;
+    let mantissa = h & 0x3FFu32;
+    let mut bits = sign | 0x7F80_0000u32 | (mantissa << 13u32); // Inf / NaN
+    if exponent == 0u32 {
+        // mantissa * 2^-24: a small integer times a power of two, exact and normal in f32.
+        let magnitude = f32::cast_from(mantissa) * f32::reinterpret(0x3380_0000u32);
+        bits = sign | u32::reinterpret(magnitude);
+    } else if exponent < 31u32 {
+        bits = sign | ((exponent + 112u32) << 23u32) | (mantissa << 13u32);
+    }
+    f32::reinterpret(bits)
+}
+
+/// Element `i` (0..8, comptime) of an 8-element chunk held in `w` (four words: 8 halves, or the
+/// first four f32 of the chunk) and `w2` (the last four f32; unused for 16-bit kinds).
+#[cube]
+pub fn chunk_element<N: Size>(
+    w: Vector<u32, N>,
+    w2: Vector<u32, N>,
+    #[comptime] i: usize,
+    #[comptime] kind: ElemKind,
+) -> f32 {
+    match kind {
+        ElemKind::F32 => {
+            if comptime![i < 4] {
+                f32::reinterpret(w[i])
+            } else {
+                f32::reinterpret(w2[i - 4])
+            }
+        }
+        ElemKind::BF16 => {
+            let word = w[i / 2];
+            if comptime![i % 2 == 0] {
+                f32::reinterpret(word << 16u32)
+            } else {
+                f32::reinterpret(word & 0xFFFF_0000u32)
+            }
+        }
+        ElemKind::F16 => {
+            let word = w[i / 2];
+            if comptime![i % 2 == 0] {
+                f16_bits_to_f32(word & 0xFFFFu32)
+            } else {
+                f16_bits_to_f32(word >> 16u32)
+            }
+        }
+    }
+}
+
+/// Reads the 8-element chunk starting at element `start` (a multiple of 8) into
+/// `out[offset..offset + 8]`. The input holds 4-word vectors.
+#[cube]
+pub fn load_chunk<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    start: usize,
+    out: &mut Array<f32>,
+    offset: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let is_f32 = comptime![kind == ElemKind::F32];
+    let w = if is_f32 {
+        input[start / 4]
+    } else {
+        input[start / 8]
+    };
+    let w2 = if is_f32 { input[start / 4 + 1] } else { w };
+    #[unroll]
+    for i in 0..8usize {
+        out[offset + i] = chunk_element::<N>(w, w2, i, kind);
+    }
+}
+
+/// `|x|` as bits for amax: NaN counts as 0, so a u32 max over these equals C's `fmaxf` reduction.
+#[cube]
+pub fn abs_bits_for_amax(x: f32) -> u32 {
+    let abs = u32::reinterpret(x) & 0x7FFF_FFFFu32;
+    select(abs > 0x7F80_0000u32, 0u32, abs)
+}
+
+/// `v >> shift` rounded to nearest, ties to even; shifts of 32 or more give 0.
+#[cube]
+pub fn shift_right_rne(v: u32, shift: u32) -> u32 {
+    let mut result = 0u32;
+    if shift == 0u32 {
+        result = v;
+    } else if shift < 32u32 {
+        let quotient = v >> shift;
+        let remainder = v & ((1u32 << shift) - 1u32);
+        let half = 1u32 << (shift - 1u32);
+        result = quotient;
+        if remainder > half || (remainder == half && (quotient & 1u32) == 1u32) {
+            result = quotient + 1u32;
+        }
+    }
+    result
+}
+
+/// Magnitude code of a finite, non-saturating `|x|` (bits) in a minifloat with `mantissa_bits`
+/// and `bias`: the shared core of the FP8 and E2M1 encoders.
+#[cube]
+pub fn encode_magnitude(
+    abs: u32,
+    #[comptime] mantissa_bits: u32,
+    #[comptime] bias: u32,
+    #[comptime] max_code: u32,
+) -> u32 {
+    let exponent = abs >> 23u32;
+    // f32 biased exponent of the target's smallest normal: 127 + (1 - bias).
+    let min_normal = comptime![128 - bias];
+    // Target subnormal: count quanta of 2^(emin - m): the f32 value is sig * 2^(e - 150), so the
+    // count is sig >> ((emin - m + 23) - (e - 127)) = sig >> ((151 - bias - m) - e).
+    let significand = (abs & 0x7F_FFFFu32) | select(exponent != 0u32, 0x80_0000u32, 0u32);
+    let e = select(exponent == 0u32, 1u32, exponent);
+    let subnormal = shift_right_rne(significand, comptime![151 - bias - mantissa_bits] - e);
+    // Normal: keep m mantissa bits (a carry bumps the exponent), then rebias the exponent.
+    let normal = shift_right_rne(abs, comptime![23 - mantissa_bits])
+        - comptime![(127 - bias) << mantissa_bits];
+    let magnitude = select(exponent < min_normal, subnormal, normal);
+    select(magnitude > max_code, max_code, magnitude)
+}
+
+/// FP8 encode: round to nearest even, saturate to the largest finite value, NaN -> 0x7F.
+#[cube]
+pub fn encode_fp8(x: f32, #[comptime] kind: Fp8Kind) -> u32 {
+    let bits = u32::reinterpret(x);
+    let abs = bits & 0x7FFF_FFFFu32;
+    let sign = (bits >> 24u32) & 0x80u32;
+    let mantissa_bits = comptime![kind.mantissa_bits()];
+    let bias = comptime![kind.bias()];
+    let max_code = comptime![kind.max_code()];
+    let mut code = 0x7Fu32;
+    if abs <= 0x7F80_0000u32 {
+        if abs >= comptime![kind.max_bits()] {
+            code = max_code | sign;
+        } else {
+            code = encode_magnitude(abs, mantissa_bits, bias, max_code) | sign;
+        }
+    }
+    code
+}
+
+/// E2M1 encode (TE's `cast_to_fp4x2`): nearest even, saturating at 6; the sign code only for
+/// values `< 0` (so -0 is +0) and NaN gives 0.
+#[cube]
+pub fn encode_e2m1(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let abs = bits & 0x7FFF_FFFFu32;
+    let mut code = 0u32;
+    if abs <= 0x7F80_0000u32 {
+        let mut magnitude = 7u32;
+        if abs < 0x40C0_0000u32 {
+            magnitude = encode_magnitude(abs, 1u32, 1u32, 7u32);
+        }
+        code = magnitude | select(x < 0.0f32, 8u32, 0u32);
+    }
+    code
+}
+
+/// FP8 decode to the exact f32 value.
+#[cube]
+pub fn decode_fp8(code: u32, #[comptime] kind: Fp8Kind) -> f32 {
+    let sign = (code & 0x80u32) << 24u32;
+    let magnitude = code & 0x7Fu32;
+    let mut bits = 0x7FC0_0000u32;
+    match kind {
+        Fp8Kind::E4M3 => {
+            let exponent = magnitude >> 3u32;
+            let mantissa = magnitude & 7u32;
+            if magnitude == 0x7Fu32 {
+                // NaN: keep the initial quiet NaN.
+            } else if exponent == 0u32 {
+                // mantissa * 2^-9
+                bits = sign
+                    | u32::reinterpret(f32::cast_from(mantissa) * f32::reinterpret(0x3B00_0000u32));
+            } else {
+                bits = sign | ((exponent + 120u32) << 23u32) | (mantissa << 20u32);
+            }
+        }
+        Fp8Kind::E5M2 => {
+            let exponent = magnitude >> 2u32;
+            let mantissa = magnitude & 3u32;
+            if exponent == 31u32 {
+                bits = select(mantissa == 0u32, sign | 0x7F80_0000u32, 0x7FC0_0000u32);
+            } else if exponent == 0u32 {
+                // mantissa * 2^-16
+                bits = sign
+                    | u32::reinterpret(f32::cast_from(mantissa) * f32::reinterpret(0x3780_0000u32));
+            } else {
+                bits = sign | ((exponent + 112u32) << 23u32) | (mantissa << 21u32);
+            }
+        }
+    }
+    f32::reinterpret(bits)
+}
+
+/// E2M1 decode.
+#[cube]
+pub fn decode_e2m1(code: u32) -> f32 {
+    let magnitude = code & 7u32;
+    // {0, 0.5, 1, 1.5, 2, 3, 4, 6}: (2 + m) * 2^(e - 2) for e >= 1, m * 0.5 for e == 0.
+    let exponent = magnitude >> 1u32;
+    let mantissa = magnitude & 1u32;
+    let mut value = f32::cast_from(mantissa) * 0.5f32;
+    if exponent != 0u32 {
+        value = f32::cast_from(2u32 + mantissa) * f32::reinterpret((exponent + 125u32) << 23u32);
+    }
+    select((code & 8u32) != 0u32, -value, value)
+}
+
+/// TE's `float_to_e8m0`: round a non-negative f32 up to a power of two (biased exponent byte).
+#[cube]
+pub fn float_to_e8m0(v: f32) -> u32 {
+    let bits = u32::reinterpret(v);
+    let exponent = (bits >> 23u32) & 0xFFu32;
+    let mantissa = bits & 0x7F_FFFFu32;
+    let mut e = exponent;
+    if exponent == 0xFFu32 {
+        e = select(mantissa != 0u32, 0xFFu32, 0xFEu32); // NaN, Inf
+    } else if mantissa > 0u32
+        && exponent != 0xFEu32
+        && !(exponent == 0u32 && mantissa <= 0x40_0000u32)
+    {
+        e = exponent + 1u32;
+    }
+    e
+}
+
+/// `2^(e - 127)`: 0 gives 2^-127, 255 gives NaN.
+#[cube]
+pub fn e8m0_to_f32(e: u32) -> f32 {
+    let mut bits = e << 23u32;
+    if e == 0u32 {
+        bits = 0x0040_0000u32;
+    } else if e == 255u32 {
+        bits = 0x7FC0_0000u32;
+    }
+    f32::reinterpret(bits)
+}
+
+/// TE's `exp2f_rcp`: `2^(127 - e)` from exponent bits; 254 gives 2^-127, 255 gives NaN.
+#[cube]
+pub fn e8m0_reciprocal(e: u32) -> f32 {
+    let mut bits = (254u32 - e) << 23u32;
+    if e == 254u32 {
+        bits = 0x0040_0000u32;
+    } else if e == 255u32 {
+        bits = 0x7FC0_0000u32;
+    }
+    f32::reinterpret(bits)
+}
+
+/// `x` rounded to bf16 (nearest even) and back; NaN kept.
+#[cube]
+pub fn round_to_bf16(x: f32) -> f32 {
+    let bits = u32::reinterpret(x);
+    let mut out = bits | 0x0040_0000u32; // quiet NaN
+    if (bits & 0x7FFF_FFFFu32) <= 0x7F80_0000u32 {
+        let lsb = (bits >> 16u32) & 1u32;
+        out = (bits + 0x7FFFu32 + lsb) & 0xFFFF_0000u32;
+    }
+    f32::reinterpret(out & 0xFFFF_0000u32)
+}
+
+/// `x` rounded to f16 (nearest even, overflow to infinity) and back.
+#[cube]
+pub fn round_to_f16(x: f32) -> f32 {
+    let bits = u32::reinterpret(x);
+    let abs = bits & 0x7FFF_FFFFu32;
+    let sign = bits & 0x8000_0000u32;
+    let mut out = bits | 0x0040_0000u32; // NaN
+    if abs <= 0x7F80_0000u32 {
+        if abs >= 0x477F_F000u32 {
+            out = sign | 0x7F80_0000u32; // >= 65520 rounds to infinity
+        } else {
+            // Encode with 10 mantissa bits and bias 15 (no saturation below 65520), decode back.
+            let h = encode_magnitude(abs, 10u32, 15u32, 0x7C00u32);
+            out = sign | u32::reinterpret(f16_bits_to_f32(h));
+        }
+    }
+    f32::reinterpret(out)
+}
+
+/// Rounds to the input dtype (the RHT output is stored in it).
+#[cube]
+pub fn round_to_kind(x: f32, #[comptime] kind: ElemKind) -> f32 {
+    match kind {
+        ElemKind::F32 => x,
+        ElemKind::F16 => round_to_f16(x),
+        ElemKind::BF16 => round_to_bf16(x),
+    }
+}

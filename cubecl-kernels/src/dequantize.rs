@@ -1,0 +1,134 @@
+//! Dequantize kernels, every format and direction, to the logical row-major `[M, K]` f32 matrix
+//! (columnwise copies transposed back, NVFP4's RHT inverted). Block scales must be compact.
+//! Host reference: `HostQuantized::dequantize` in `burn_lowp::format`.
+
+use crate::codec::{decode_e2m1, decode_fp8, e8m0_to_f32, Fp8Kind};
+use crate::hadamard::inverse_rht16;
+use crate::scale::nvfp4_global_encode_scale;
+use cubecl::prelude::*;
+
+/// FP8 per-tensor or block-scaled codes. `storage_rows x storage_cols` is the code layout
+/// (`[M, K]` rowwise, `[K, M]` when `transposed`). `scale_rows_per_block` is 0 for one tensor
+/// scale, else 1 (1x128) or 128 (128x128); blocks are 128 wide along storage columns.
+#[cube(launch_unchecked)]
+pub fn dequantize_fp8_kernel(
+    codes: &Array<u32>,
+    scales: &Array<u32>,
+    out: &mut Array<f32>,
+    storage_rows: usize,
+    storage_cols: usize,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] scale_rows_per_block: usize,
+    #[comptime] transposed: bool,
+) {
+    let word = ABSOLUTE_POS;
+    if word < storage_rows * storage_cols / 4 {
+        let bits = codes[word];
+        #[unroll]
+        for i in 0..4usize {
+            let e = word * 4 + i;
+            let sr = e / storage_cols;
+            let sc = e % storage_cols;
+            let scale_inv = if comptime![scale_rows_per_block == 0] {
+                f32::reinterpret(scales[0])
+            } else {
+                f32::reinterpret(
+                    scales[(sr / scale_rows_per_block) * (storage_cols / 128) + sc / 128],
+                )
+            };
+            let value = decode_fp8((bits >> comptime![8 * i as u32]) & 0xFFu32, fp8) * scale_inv;
+            if transposed {
+                out[sc * storage_rows + sr] = value;
+            } else {
+                out[e] = value;
+            }
+        }
+    }
+}
+
+/// MXFP8 codes (`[M, K]` in both directions) with compact E8M0 scales.
+#[cube(launch_unchecked)]
+pub fn dequantize_mxfp8_kernel(
+    codes: &Array<u32>,
+    scales: &Array<u8>,
+    out: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    scale_cols: usize,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] rowwise: bool,
+) {
+    let word = ABSOLUTE_POS;
+    if word < rows * cols / 4 {
+        let bits = codes[word];
+        #[unroll]
+        for i in 0..4usize {
+            let e = word * 4 + i;
+            let r = e / cols;
+            let c = e % cols;
+            let index = if rowwise {
+                r * scale_cols + c / 32
+            } else {
+                (r / 32) * scale_cols + c
+            };
+            let scale = e8m0_to_f32(u32::cast_from(scales[index]));
+            out[e] = decode_fp8((bits >> comptime![8 * i as u32]) & 0xFFu32, fp8) * scale;
+        }
+    }
+}
+
+/// NVFP4 codes: one unit per 16 codes (one block) of a storage row. Rowwise storage is `[M, K/2]`,
+/// columnwise `[K, M/2]` (written back transposed, after the inverse RHT when `rht`).
+#[cube(launch_unchecked)]
+pub fn dequantize_nvfp4_kernel(
+    codes: &Array<u32>,
+    scales: &Array<u8>,
+    amax: &Array<u32>,
+    out: &mut Array<f32>,
+    storage_rows: usize,
+    storage_cols: usize,
+    scale_cols: usize,
+    #[comptime] transposed: bool,
+    #[comptime] rht: bool,
+) {
+    let block = ABSOLUTE_POS;
+    if block < storage_rows * storage_cols / 16 {
+        let sr = (block * 16) / storage_cols;
+        let sc0 = (block * 16) % storage_cols;
+        let s_dec = 1.0f32 / nvfp4_global_encode_scale(f32::reinterpret(amax[0]));
+        let s_b = decode_fp8(
+            u32::cast_from(scales[sr * scale_cols + sc0 / 16]),
+            Fp8Kind::E4M3,
+        );
+        // E2M1 values, the inverse RHT on them (exact), then the block scale: the reference's order.
+        let mut values = Array::<f32>::new(16usize);
+        #[unroll]
+        for half in 0..2usize {
+            let bits = codes[block * 2 + half];
+            #[unroll]
+            for k in 0..8usize {
+                values[half * 8 + k] = decode_e2m1((bits >> comptime![4 * k as u32]) & 0xFu32);
+            }
+        }
+        if comptime![transposed && rht] {
+            inverse_rht16(&mut values);
+        }
+        let scale = s_b * s_dec;
+        #[unroll]
+        for i in 0..16usize {
+            if transposed {
+                out[(sc0 + i) * storage_rows + sr] = values[i] * scale;
+            } else {
+                out[sr * storage_cols + sc0 + i] = values[i] * scale;
+            }
+        }
+    }
+}
+
+/// Fills a u32 buffer with `value` (zeroing scale padding and amax accumulators).
+#[cube(launch_unchecked)]
+pub fn fill_kernel(out: &mut Array<u32>, value: u32) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = value;
+    }
+}

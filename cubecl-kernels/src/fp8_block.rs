@@ -1,0 +1,195 @@
+//! FP8 block scaling: f32 scales per 1x128 block or 128x128 tile, rowwise `[M, K]` and transposed
+//! columnwise `[K, M]` (blocks along M) codes from one read. Host reference:
+//! `burn_lowp::format::fp8_block`.
+//!
+//! Tiling: a cube of 512 units covers one 128x128 tile; each unit owns 4 rows x 8 columns. Row and
+//! column block maxima are reduced through shared memory (partials, then one unit per row/column).
+//! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
+//! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
+
+use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind};
+use crate::flags::{COLUMNWISE, ROWWISE};
+use crate::scale::{scale_from_amax, ScaleRule};
+use cubecl::prelude::*;
+
+pub const BLOCK_ROWS_PER_UNIT: usize = 4;
+pub const BLOCK_ROW_GROUPS: usize = 32;
+pub const BLOCK_STRIPS: usize = 16;
+pub const BLOCK_UNITS: usize = BLOCK_ROW_GROUPS * BLOCK_STRIPS;
+pub const BLOCK_TILE: usize = 128;
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Fp8BlockKernelConfig {
+    pub kind: ElemKind,
+    pub rule: ScaleRule,
+    pub block_2d: bool,
+    /// Fully unroll the per-row / per-column loops (fast code; slow to compile on lavapipe).
+    pub unroll: bool,
+}
+
+#[cube(launch_unchecked)]
+pub fn fp8_block_kernel<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    rowwise: &mut Array<u32>,
+    rowwise_scales: &mut Array<u32>,
+    columnwise: &mut Array<u32>,
+    columnwise_scales: &mut Array<u32>,
+    rows: usize,
+    cols: usize,
+    flags: u32,
+    #[comptime] config: Fp8BlockKernelConfig,
+) {
+    let rowwise_on = (flags & ROWWISE) != 0u32;
+    let columnwise_on = (flags & COLUMNWISE) != 0u32;
+    let unit = UNIT_POS as usize;
+    let group = unit % BLOCK_ROW_GROUPS;
+    let strip = unit / BLOCK_ROW_GROUPS;
+    let tile_row = CUBE_POS_Y as usize;
+    let tile_col = CUBE_POS_X as usize;
+    let local_row0 = group * BLOCK_ROWS_PER_UNIT;
+    let row0 = tile_row * BLOCK_TILE + local_row0;
+    let col0 = tile_col * BLOCK_TILE + strip * 8;
+    let fp8 = comptime![config.rule.fp8];
+
+    let mut values = Array::<f32>::new(32usize);
+    #[unroll]
+    for i in 0..4usize {
+        load_chunk::<N>(
+            input,
+            (row0 + i) * cols + col0,
+            &mut values,
+            i * 8,
+            config.kind,
+        );
+    }
+    let mut row_partial = SharedMemory::<u32>::new(BLOCK_TILE * BLOCK_STRIPS);
+    let mut col_partial = SharedMemory::<u32>::new(BLOCK_ROW_GROUPS * BLOCK_TILE);
+    let mut col_max = Array::<u32>::new(8usize);
+    #[unroll]
+    for j in 0..8usize {
+        col_max[j] = 0u32;
+    }
+    #[unroll]
+    for i in 0..4usize {
+        let mut m = 0u32;
+        #[unroll]
+        for j in 0..8usize {
+            let a = abs_bits_for_amax(values[i * 8 + j]);
+            m = select(a > m, a, m);
+            col_max[j] = select(a > col_max[j], a, col_max[j]);
+        }
+        row_partial[(local_row0 + i) * BLOCK_STRIPS + strip] = m;
+    }
+    #[unroll]
+    for j in 0..8usize {
+        col_partial[group * BLOCK_TILE + strip * 8 + j] = col_max[j];
+    }
+    sync_cube();
+
+    let mut row_amax = SharedMemory::<u32>::new(BLOCK_TILE);
+    let mut col_amax = SharedMemory::<u32>::new(BLOCK_TILE);
+    if unit < BLOCK_TILE {
+        let mut m = 0u32;
+        for s in 0..BLOCK_STRIPS {
+            let p = row_partial[unit * BLOCK_STRIPS + s];
+            m = select(p > m, p, m);
+        }
+        row_amax[unit] = m;
+    } else if unit < 2 * BLOCK_TILE {
+        let c = unit - BLOCK_TILE;
+        let mut m = 0u32;
+        for g in 0..BLOCK_ROW_GROUPS {
+            let p = col_partial[g * BLOCK_TILE + c];
+            m = select(p > m, p, m);
+        }
+        col_amax[c] = m;
+    }
+    sync_cube();
+
+    let mut tile_amax = SharedMemory::<u32>::new(1usize);
+    if comptime![config.block_2d] {
+        if unit == 0 {
+            let mut m = 0u32;
+            for r in 0..BLOCK_TILE {
+                let p = row_amax[r];
+                m = select(p > m, p, m);
+            }
+            tile_amax[0] = m;
+        }
+        sync_cube();
+    }
+
+    // Scales (scale_inv), written by the unit that owns each block.
+    let k_blocks = cols / BLOCK_TILE;
+    let m_blocks = rows / BLOCK_TILE;
+    if comptime![config.block_2d] {
+        if unit == 0 {
+            let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(tile_amax[0]), config.rule);
+            if rowwise_on {
+                rowwise_scales[tile_row * k_blocks + tile_col] = u32::reinterpret(scale_inv);
+            }
+            if columnwise_on {
+                columnwise_scales[tile_col * m_blocks + tile_row] = u32::reinterpret(scale_inv);
+            }
+        }
+    } else if unit < BLOCK_TILE {
+        if rowwise_on {
+            let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(row_amax[unit]), config.rule);
+            rowwise_scales[(tile_row * BLOCK_TILE + unit) * k_blocks + tile_col] =
+                u32::reinterpret(scale_inv);
+        }
+    } else if unit < 2 * BLOCK_TILE {
+        if columnwise_on {
+            let c = unit - BLOCK_TILE;
+            let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(col_amax[c]), config.rule);
+            columnwise_scales[(tile_col * BLOCK_TILE + c) * m_blocks + tile_row] =
+                u32::reinterpret(scale_inv);
+        }
+    }
+
+    let mut codes = Array::<u32>::new(32usize);
+    if rowwise_on {
+        #[unroll(config.unroll)]
+        for i in 0..4usize {
+            let amax = if comptime![config.block_2d] {
+                tile_amax[0]
+            } else {
+                row_amax[local_row0 + i]
+            };
+            let scale = scale_from_amax(f32::reinterpret(amax), config.rule);
+            #[unroll]
+            for j in 0..8usize {
+                codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
+            }
+            let word = ((row0 + i) * cols + col0) / 4;
+            rowwise[word] = codes[i * 8]
+                | (codes[i * 8 + 1] << 8u32)
+                | (codes[i * 8 + 2] << 16u32)
+                | (codes[i * 8 + 3] << 24u32);
+            rowwise[word + 1] = codes[i * 8 + 4]
+                | (codes[i * 8 + 5] << 8u32)
+                | (codes[i * 8 + 6] << 16u32)
+                | (codes[i * 8 + 7] << 24u32);
+        }
+    }
+    if columnwise_on {
+        #[unroll(config.unroll)]
+        for j in 0..8usize {
+            let amax = if comptime![config.block_2d] {
+                tile_amax[0]
+            } else {
+                col_amax[strip * 8 + j]
+            };
+            let scale = scale_from_amax(f32::reinterpret(amax), config.rule);
+            #[unroll]
+            for i in 0..4usize {
+                codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
+            }
+            let word = ((col0 + j) * rows + row0) / 4;
+            columnwise[word] = codes[j]
+                | (codes[8 + j] << 8u32)
+                | (codes[16 + j] << 16u32)
+                | (codes[24 + j] << 24u32);
+        }
+    }
+}

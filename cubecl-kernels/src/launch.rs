@@ -1,0 +1,785 @@
+//! Launch wrappers: validate shapes, allocate outputs, pick cube counts, launch. They take and
+//! return CubeCL handles.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::amax::{amax_kernel, amax_rht_kernel, AMAX_UNITS};
+use crate::codec::{ElemKind, Fp8Kind};
+use crate::dequantize::{
+    dequantize_fp8_kernel, dequantize_mxfp8_kernel, dequantize_nvfp4_kernel, fill_kernel,
+};
+use crate::flags;
+use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
+use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
+use crate::mxfp8::{mxfp8_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS};
+use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE_COLS, NV_TILE_ROWS, NV_UNITS};
+use crate::scale::ScaleRule;
+use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
+
+/// Inputs are read as vectors of 4 words (16 bytes).
+const INPUT_VECTOR: usize = 4;
+
+/// Whether to fully unroll the kernels' per-row loops: yes on CUDA (register arrays), no on wgpu,
+/// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
+fn unroll<R: Runtime>(client: &ComputeClient<R>) -> bool {
+    !R::name(client).starts_with("wgpu")
+}
+
+/// A shape or argument a kernel cannot take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelError {
+    pub value: String,
+    pub rule: String,
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.value, self.rule)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+fn require(ok: bool, value: impl Into<String>, rule: impl Into<String>) -> Result<(), KernelError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(KernelError {
+            value: value.into(),
+            rule: rule.into(),
+        })
+    }
+}
+
+/// A contiguous row-major `[rows, cols]` input matrix in device memory.
+#[derive(Clone, Copy)]
+pub struct InputMatrix<'a> {
+    pub handle: &'a Handle,
+    pub rows: usize,
+    pub cols: usize,
+    pub kind: ElemKind,
+}
+
+impl InputMatrix<'_> {
+    fn words(&self) -> usize {
+        self.rows * self.cols * self.kind.bytes() / 4
+    }
+
+    fn arg<R: Runtime>(&self) -> ArrayArg<R> {
+        unsafe { ArrayArg::from_raw_parts(self.handle.clone(), self.words()) }
+    }
+
+    /// Both dimensions must be multiples of `row_block` / `col_block` (and non-zero).
+    fn require_blocks(
+        &self,
+        row_block: usize,
+        col_block: usize,
+        format: &str,
+    ) -> Result<(), KernelError> {
+        require(
+            self.rows > 0 && self.cols > 0,
+            format!("shape [{}, {}]", self.rows, self.cols),
+            format!("{format} needs a non-empty matrix"),
+        )?;
+        require(
+            self.cols % col_block == 0,
+            format!("K = {}", self.cols),
+            format!("{format} needs K divisible by {col_block}"),
+        )?;
+        require(
+            self.rows % row_block == 0,
+            format!("M = {}", self.rows),
+            format!("{format} needs M divisible by {row_block}"),
+        )?;
+        require(
+            self.rows * self.cols < u32::MAX as usize,
+            format!("{} elements", self.rows * self.cols),
+            "quantize kernels index elements with 32 bits",
+        )
+    }
+}
+
+/// Which representations to produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Directions {
+    pub rowwise: bool,
+    pub columnwise: bool,
+}
+
+impl Directions {
+    fn flags(self) -> u32 {
+        (if self.rowwise { flags::ROWWISE } else { 0 })
+            | (if self.columnwise {
+                flags::COLUMNWISE
+            } else {
+                0
+            })
+    }
+}
+
+/// Device buffers of one representation.
+#[derive(Debug, Clone)]
+pub struct DirectionOutput {
+    /// Code bytes (packed in u32 words), row-major in the representation's layout.
+    pub codes: Handle,
+    /// Block scales (E8M0/E4M3 bytes, or f32 `scale_inv` for FP8 block), or the one f32
+    /// `scale_inv` of FP8 per-tensor scaling.
+    pub scales: Handle,
+    /// f32 amax of the representation, where the format keeps one (FP8 per-tensor, NVFP4).
+    pub amax: Option<Handle>,
+}
+
+#[derive(Debug, Clone)]
+pub struct QuantizeOutput {
+    pub rowwise: Option<DirectionOutput>,
+    pub columnwise: Option<DirectionOutput>,
+}
+
+fn ceil_div(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+fn round_up(a: usize, b: usize) -> usize {
+    a.div_ceil(b) * b
+}
+
+/// A buffer of `words` u32 set to `value` on the device (no host copy).
+pub fn filled<R: Runtime>(client: &ComputeClient<R>, words: usize, value: u32) -> Handle {
+    let handle = client.empty(words.max(1) * 4);
+    let units = 256usize;
+    let cubes = ceil_div(words.max(1), units);
+    unsafe {
+        fill_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_1d(units as u32),
+            ArrayArg::from_raw_parts(handle.clone(), words.max(1)),
+            value,
+        )
+    };
+    handle
+}
+
+fn dummy<R: Runtime>(client: &ComputeClient<R>) -> Handle {
+    client.empty(16)
+}
+
+fn arg<R: Runtime>(handle: &Handle, words: usize) -> ArrayArg<R> {
+    unsafe { ArrayArg::from_raw_parts(handle.clone(), words.max(1)) }
+}
+
+/// Cubes for a grid-stride pass over `work` items.
+fn stride_cubes<R: Runtime>(client: &ComputeClient<R>, work: usize, units: usize) -> u32 {
+    let sms = client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .unwrap_or(16) as usize;
+    ceil_div(work, units).clamp(1, sms.max(1) * 8) as u32
+}
+
+/// `max |x|` (NaN skipped) as f32 bits in a one-word buffer.
+pub fn amax<R: Runtime>(client: &ComputeClient<R>, x: InputMatrix) -> Result<Handle, KernelError> {
+    x.require_blocks(1, 8, "amax")?;
+    let out = filled(client, 1, 0);
+    let chunks = x.rows * x.cols / 8;
+    unsafe {
+        amax_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(stride_cubes(client, chunks, AMAX_UNITS)),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&out, 1),
+            chunks,
+            x.kind,
+        )
+    };
+    Ok(out)
+}
+
+/// Rowwise amax and the amax of `RHT(xᵀ)`, in one read.
+pub fn amax_with_rht<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+) -> Result<(Handle, Handle), KernelError> {
+    x.require_blocks(16, 8, "amax with RHT")?;
+    let rowwise = filled(client, 1, 0);
+    let rht = filled(client, 1, 0);
+    let tiles = (x.rows / 16) * (x.cols / 8);
+    unsafe {
+        amax_rht_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(stride_cubes(client, tiles, AMAX_UNITS)),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&rowwise, 1),
+            arg(&rht, 1),
+            x.rows,
+            x.cols,
+            x.kind,
+            unroll(client),
+        )
+    };
+    Ok((rowwise, rht))
+}
+
+/// Where an FP8 per-tensor scale comes from.
+pub enum TensorScaling<'a> {
+    /// Current scaling: an amax pass, then `rule` turns the amax into the scale on the device.
+    Current { rule: ScaleRule },
+    /// Delayed scaling: the f32 scale in a one-word device buffer; the amax is recorded.
+    Delayed { scale: &'a Handle },
+}
+
+/// FP8 per-tensor quantization. Needs `M % 16 == 0` and `K % 16 == 0` (cuBLASLt FP8 alignment).
+pub fn quantize_fp8_tensor<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    fp8: Fp8Kind,
+    scaling: TensorScaling,
+    directions: Directions,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    let (scale_source, from_amax, rule, amax_out) = match scaling {
+        TensorScaling::Current { rule } => {
+            let amax = amax(client, x)?;
+            (amax.clone(), true, rule, amax)
+        }
+        TensorScaling::Delayed { scale } => {
+            let rule = ScaleRule {
+                fp8,
+                pow2: false,
+                epsilon_bits: 0,
+                value_for_inf_bits: f32::MAX.to_bits(),
+            };
+            (scale.clone(), false, rule, filled(client, 1, 0))
+        }
+    };
+    let n = x.rows * x.cols;
+    let rowwise = if directions.rowwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let scale_inv = client.empty(4);
+    let config = Fp8CastConfig {
+        kind: x.kind,
+        fp8,
+        from_amax,
+        rule,
+        rowwise: directions.rowwise,
+        columnwise: directions.columnwise,
+        record_amax: !from_amax,
+    };
+    unsafe {
+        fp8_cast_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                ceil_div(x.cols, FP8_TILE_COLS) as u32,
+                ceil_div(x.rows, FP8_TILE_ROWS) as u32,
+                1,
+            ),
+            CubeDim::new_1d(FP8_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&scale_source, 1),
+            arg(&rowwise, n / 4),
+            arg(&columnwise, n / 4),
+            arg(&scale_inv, 1),
+            arg(&amax_out, 1),
+            x.rows,
+            x.cols,
+            config,
+        )
+    };
+    let side = |codes: Handle| DirectionOutput {
+        codes,
+        scales: scale_inv.clone(),
+        amax: Some(amax_out.clone()),
+    };
+    Ok(QuantizeOutput {
+        rowwise: directions.rowwise.then(|| side(rowwise)),
+        columnwise: directions.columnwise.then(|| side(columnwise)),
+    })
+}
+
+/// FP8 block scaling (1x128 or 128x128). Needs `M % 128 == 0` and `K % 128 == 0`.
+pub fn quantize_fp8_block<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    rule: ScaleRule,
+    block_2d: bool,
+    directions: Directions,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(BLOCK_TILE, BLOCK_TILE, "FP8 block scaling")?;
+    let n = x.rows * x.cols;
+    let (mb, kb) = (x.rows / BLOCK_TILE, x.cols / BLOCK_TILE);
+    let (row_scales, col_scales) = if block_2d {
+        (mb * kb, mb * kb)
+    } else {
+        (x.rows * kb, x.cols * mb)
+    };
+    let rowwise = if directions.rowwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let rowwise_scales = if directions.rowwise {
+        client.empty(row_scales * 4)
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let columnwise_scales = if directions.columnwise {
+        client.empty(col_scales * 4)
+    } else {
+        dummy(client)
+    };
+    let config = Fp8BlockKernelConfig {
+        kind: x.kind,
+        rule,
+        block_2d,
+        unroll: unroll(client),
+    };
+    unsafe {
+        fp8_block_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(kb as u32, mb as u32, 1),
+            CubeDim::new_1d(BLOCK_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&rowwise, n / 4),
+            arg(&rowwise_scales, row_scales),
+            arg(&columnwise, n / 4),
+            arg(&columnwise_scales, col_scales),
+            x.rows,
+            x.cols,
+            directions.flags(),
+            config,
+        )
+    };
+    Ok(QuantizeOutput {
+        rowwise: directions.rowwise.then(|| DirectionOutput {
+            codes: rowwise,
+            scales: rowwise_scales,
+            amax: None,
+        }),
+        columnwise: directions.columnwise.then(|| DirectionOutput {
+            codes: columnwise,
+            scales: columnwise_scales,
+            amax: None,
+        }),
+    })
+}
+
+/// Byte sizes of MXFP8 compact scales: rowwise `[roundup(M,128), roundup(K/32,4)]`, columnwise
+/// `[roundup(M/32,4), roundup(K,128)]`.
+pub fn mxfp8_scale_shapes(rows: usize, cols: usize) -> ([usize; 2], [usize; 2]) {
+    (
+        [round_up(rows, 128), round_up(cols / 32, 4)],
+        [round_up(rows / 32, 4), round_up(cols, 128)],
+    )
+}
+
+/// Byte sizes of NVFP4 compact scales: rowwise `[roundup(M,128), roundup(K/16,4)]`, columnwise
+/// `[roundup(K,128), roundup(M/16,4)]`.
+pub fn nvfp4_scale_shapes(rows: usize, cols: usize) -> ([usize; 2], [usize; 2]) {
+    (
+        [round_up(rows, 128), round_up(cols / 16, 4)],
+        [round_up(cols, 128), round_up(rows / 16, 4)],
+    )
+}
+
+/// A zeroed byte buffer for `[r, c]` scales (padding cells must read 0).
+fn scale_bytes<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 2]) -> Handle {
+    filled(client, shape[0] * shape[1] / 4, 0)
+}
+
+/// MXFP8, E4M3 or E5M2 elements. Needs `M % 32 == 0` and `K % 32 == 0`.
+pub fn quantize_mxfp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    fp8: Fp8Kind,
+    block_2d: bool,
+    directions: Directions,
+    swizzled: bool,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(32, 32, "MXFP8")?;
+    let n = x.rows * x.cols;
+    let (row_shape, col_shape) = mxfp8_scale_shapes(x.rows, x.cols);
+    let rowwise = if directions.rowwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let rowwise_scales = if directions.rowwise {
+        scale_bytes(client, row_shape)
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let columnwise_scales = if directions.columnwise {
+        scale_bytes(client, col_shape)
+    } else {
+        dummy(client)
+    };
+    let max = match fp8 {
+        Fp8Kind::E4M3 => 448.0f32,
+        Fp8Kind::E5M2 => 57344.0f32,
+    };
+    let config = Mxfp8Config {
+        kind: x.kind,
+        fp8,
+        block_2d,
+        reciprocal_max_bits: (1.0f32 / max).to_bits(),
+        unroll: unroll(client),
+    };
+    unsafe {
+        mxfp8_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                ceil_div(x.cols, MX_TILE_COLS) as u32,
+                (x.rows / MX_TILE_ROWS) as u32,
+                1,
+            ),
+            CubeDim::new_1d(MX_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&rowwise, n / 4),
+            arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+            arg(&columnwise, n / 4),
+            arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+            x.rows,
+            x.cols,
+            directions.flags() | if swizzled { flags::SWIZZLED } else { 0 },
+            config,
+        )
+    };
+    Ok(QuantizeOutput {
+        rowwise: directions.rowwise.then(|| DirectionOutput {
+            codes: rowwise,
+            scales: rowwise_scales,
+            amax: None,
+        }),
+        columnwise: directions.columnwise.then(|| DirectionOutput {
+            codes: columnwise,
+            scales: columnwise_scales,
+            amax: None,
+        }),
+    })
+}
+
+/// NVFP4 options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nvfp4Options {
+    pub block_2d: bool,
+    pub rht: bool,
+    /// Stochastic rounding keys (rowwise, columnwise), from `burn_lowp::format::random::stream_key`.
+    pub stochastic_keys: Option<(u32, u32)>,
+}
+
+/// NVFP4: amax pass (with the post-RHT amax when `rht`), then one quantize launch. Needs
+/// `M % 16 == 0` and `K % 16 == 0`; 2D blocks and RHT cannot be combined.
+pub fn quantize_nvfp4<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    options: Nvfp4Options,
+    directions: Directions,
+    swizzled: bool,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(16, 16, "NVFP4")?;
+    require(
+        !(options.block_2d && options.rht),
+        "16x16 blocks with RHT",
+        "NVFP4 applies RHT to 1x16 activations and gradients only",
+    )?;
+    let (rowwise_amax, columnwise_amax) = if options.rht && directions.columnwise {
+        amax_with_rht(client, x)?
+    } else {
+        let a = amax(client, x)?;
+        (a.clone(), a)
+    };
+    let n = x.rows * x.cols;
+    let (row_shape, col_shape) = nvfp4_scale_shapes(x.rows, x.cols);
+    let rowwise = if directions.rowwise {
+        client.empty(n / 2)
+    } else {
+        dummy(client)
+    };
+    let rowwise_scales = if directions.rowwise {
+        scale_bytes(client, row_shape)
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n / 2)
+    } else {
+        dummy(client)
+    };
+    let columnwise_scales = if directions.columnwise {
+        scale_bytes(client, col_shape)
+    } else {
+        dummy(client)
+    };
+    let (rowwise_key, columnwise_key) = options.stochastic_keys.unwrap_or((0, 0));
+    let config = Nvfp4KernelConfig {
+        kind: x.kind,
+        block_2d: options.block_2d,
+        rht: options.rht,
+        unroll: unroll(client),
+    };
+    unsafe {
+        nvfp4_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                ceil_div(x.cols, NV_TILE_COLS) as u32,
+                ceil_div(x.rows, NV_TILE_ROWS) as u32,
+                1,
+            ),
+            CubeDim::new_1d(NV_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&rowwise_amax, 1),
+            arg(&columnwise_amax, 1),
+            arg(&rowwise, n / 8),
+            arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+            arg(&columnwise, n / 8),
+            arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+            x.rows,
+            x.cols,
+            rowwise_key,
+            columnwise_key,
+            directions.flags()
+                | if swizzled { flags::SWIZZLED } else { 0 }
+                | if options.stochastic_keys.is_some() {
+                    flags::STOCHASTIC
+                } else {
+                    0
+                },
+            config,
+        )
+    };
+    Ok(QuantizeOutput {
+        rowwise: directions.rowwise.then(|| DirectionOutput {
+            codes: rowwise,
+            scales: rowwise_scales,
+            amax: Some(rowwise_amax),
+        }),
+        columnwise: directions.columnwise.then(|| DirectionOutput {
+            codes: columnwise,
+            scales: columnwise_scales,
+            amax: Some(columnwise_amax),
+        }),
+    })
+}
+
+/// Swizzles a padded compact `[rows, cols]` byte matrix (`rows % 128 == 0`, `cols % 4 == 0`).
+/// With `transpose`, the compact input is `[cols, rows]` and its transpose is swizzled.
+pub fn swizzle<R: Runtime>(
+    client: &ComputeClient<R>,
+    compact: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+) -> Result<Handle, KernelError> {
+    relayout(client, compact, rows, cols, transpose, true)
+}
+
+/// Inverse of [`swizzle`].
+pub fn unswizzle<R: Runtime>(
+    client: &ComputeClient<R>,
+    swizzled: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+) -> Result<Handle, KernelError> {
+    relayout(client, swizzled, rows, cols, transpose, false)
+}
+
+fn relayout<R: Runtime>(
+    client: &ComputeClient<R>,
+    input: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    to_swizzled: bool,
+) -> Result<Handle, KernelError> {
+    require(
+        rows % 128 == 0 && cols % 4 == 0 && rows > 0 && cols > 0,
+        format!("scale shape [{rows}, {cols}]"),
+        "swizzling needs scales padded to 128 x 4",
+    )?;
+    let n = rows * cols;
+    let out = client.empty(n);
+    let units = 256usize;
+    let count = CubeCount::new_1d(ceil_div(n, units) as u32);
+    let dim = CubeDim::new_1d(units as u32);
+    unsafe {
+        if to_swizzled {
+            swizzle_kernel::launch_unchecked::<R>(
+                client,
+                count,
+                dim,
+                arg(input, n),
+                arg(&out, n),
+                rows,
+                cols,
+                transpose,
+            )
+        } else {
+            unswizzle_kernel::launch_unchecked::<R>(
+                client,
+                count,
+                dim,
+                arg(input, n),
+                arg(&out, n),
+                rows,
+                cols,
+                transpose,
+            )
+        }
+    };
+    Ok(out)
+}
+
+/// How FP8 codes are scaled, for dequantize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Scales {
+    Tensor,
+    Block1x128,
+    Block128x128,
+}
+
+/// Dequantizes FP8 codes (per-tensor or block) to f32 `[M, K]`. `transposed`: codes are `[K, M]`.
+pub fn dequantize_fp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    scale_kind: Fp8Scales,
+    transposed: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (storage_rows, storage_cols) = if transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let scale_rows_per_block = match scale_kind {
+        Fp8Scales::Tensor => 0,
+        Fp8Scales::Block1x128 => 1,
+        Fp8Scales::Block128x128 => 128,
+    };
+    let scale_words = match scale_kind {
+        Fp8Scales::Tensor => 1,
+        _ => (storage_rows / scale_rows_per_block) * (storage_cols / 128),
+    };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_fp8_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(ceil_div(n / 4, units) as u32),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 4),
+            arg(scales, scale_words),
+            arg(&out, n),
+            storage_rows,
+            storage_cols,
+            fp8,
+            scale_rows_per_block,
+            transposed,
+        )
+    };
+    out
+}
+
+/// Dequantizes MXFP8 codes (compact scales) to f32 `[M, K]`.
+pub fn dequantize_mxfp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    rowwise: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (row_shape, col_shape) = mxfp8_scale_shapes(rows, cols);
+    let shape = if rowwise { row_shape } else { col_shape };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_mxfp8_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(ceil_div(n / 4, units) as u32),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 4),
+            arg(scales, shape[0] * shape[1]),
+            arg(&out, n),
+            rows,
+            cols,
+            shape[1],
+            fp8,
+            rowwise,
+        )
+    };
+    out
+}
+
+/// Dequantizes NVFP4 codes (compact scales) to f32 `[M, K]`.
+pub fn dequantize_nvfp4<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    amax: &Handle,
+    rows: usize,
+    cols: usize,
+    rowwise: bool,
+    rht: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (row_shape, col_shape) = nvfp4_scale_shapes(rows, cols);
+    let (shape, storage_rows, storage_cols) = if rowwise {
+        (row_shape, rows, cols)
+    } else {
+        (col_shape, cols, rows)
+    };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_nvfp4_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(ceil_div(n / 16, units) as u32),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 8),
+            arg(scales, shape[0] * shape[1]),
+            arg(amax, 1),
+            arg(&out, n),
+            storage_rows,
+            storage_cols,
+            shape[1],
+            !rowwise,
+            rht && !rowwise,
+        )
+    };
+    out
+}

@@ -1,0 +1,232 @@
+//! MXFP8: E8M0 scales per 1x32 (rowwise), 32x1 (columnwise) or 32x32 (2D) block, both directions
+//! from one read. Host reference: `burn_lowp::format::mxfp8`.
+//!
+//! Tiling: a cube of 128 units covers one 32-row block x 128 columns; each unit owns 4 rows x 8
+//! columns. Block amaxes go through shared memory in two steps (per-unit partials, then one unit
+//! per block), so every unit reads a handful of values. Codes are written as u32 words in the
+//! `[M, K]` layout for both directions; scales as bytes, compact or GEMM-swizzled.
+
+use crate::codec::{
+    abs_bits_for_amax, e8m0_reciprocal, encode_fp8, float_to_e8m0, load_chunk, ElemKind, Fp8Kind,
+};
+use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
+use crate::swizzle::{scale_index, swizzled_offset};
+use cubecl::prelude::*;
+
+pub const MX_ROWS_PER_UNIT: usize = 4;
+pub const MX_ROW_GROUPS: usize = 8;
+pub const MX_STRIPS: usize = 16;
+pub const MX_UNITS: usize = MX_ROW_GROUPS * MX_STRIPS;
+pub const MX_TILE_ROWS: usize = 32;
+pub const MX_TILE_COLS: usize = 8 * MX_STRIPS;
+/// Blocks of 32 columns per tile.
+const MX_TILE_KBLOCKS: usize = MX_TILE_COLS / 32;
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Mxfp8Config {
+    pub kind: ElemKind,
+    pub fp8: Fp8Kind,
+    pub block_2d: bool,
+    /// f32 bits of `1 / fp8_max`.
+    pub reciprocal_max_bits: u32,
+    /// Fully unroll the per-row / per-column loops (fast code; slow to compile on lavapipe).
+    pub unroll: bool,
+}
+
+#[cube]
+fn pack4(codes: &Array<u32>, base: usize) -> u32 {
+    codes[base]
+        | (codes[base + 1] << 8u32)
+        | (codes[base + 2] << 16u32)
+        | (codes[base + 3] << 24u32)
+}
+
+#[cube(launch_unchecked)]
+pub fn mxfp8_kernel<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    rowwise: &mut Array<u32>,
+    rowwise_scales: &mut Array<u8>,
+    columnwise: &mut Array<u32>,
+    columnwise_scales: &mut Array<u8>,
+    rows: usize,
+    cols: usize,
+    flags: u32,
+    #[comptime] config: Mxfp8Config,
+) {
+    let rowwise_on = (flags & ROWWISE) != 0u32;
+    let columnwise_on = (flags & COLUMNWISE) != 0u32;
+    let swizzled = (flags & SWIZZLED) != 0u32;
+    let unit = UNIT_POS as usize;
+    let group = unit % MX_ROW_GROUPS;
+    let strip = unit / MX_ROW_GROUPS;
+    let tile_row = CUBE_POS_Y as usize;
+    let tile_col0 = CUBE_POS_X as usize * MX_TILE_COLS;
+    let local_row0 = group * MX_ROWS_PER_UNIT;
+    let row0 = tile_row * MX_TILE_ROWS + local_row0;
+    let col0 = tile_col0 + strip * 8;
+    let active = col0 < cols;
+    let reciprocal_max = f32::reinterpret(comptime![config.reciprocal_max_bits]);
+    let row_scale_cols = (cols / 32 + 3) / 4 * 4;
+    let col_scale_cols = (cols + 127) / 128 * 128;
+    let col_scale_rows = (rows / 32 + 3) / 4 * 4;
+
+    // 1. Load 4 x 8 values and publish per-unit partial maxima.
+    let mut values = Array::<f32>::new(32usize);
+    let mut row_partial = SharedMemory::<u32>::new(MX_TILE_ROWS * MX_STRIPS);
+    let mut col_partial = SharedMemory::<u32>::new(MX_ROW_GROUPS * MX_TILE_COLS);
+    let mut col_max = Array::<u32>::new(8usize);
+    #[unroll]
+    for j in 0..8usize {
+        col_max[j] = 0u32;
+    }
+    if active {
+        #[unroll]
+        for i in 0..4usize {
+            load_chunk::<N>(
+                input,
+                (row0 + i) * cols + col0,
+                &mut values,
+                i * 8,
+                config.kind,
+            );
+        }
+    } else {
+        #[unroll]
+        for i in 0..32usize {
+            values[i] = 0.0f32;
+        }
+    }
+    #[unroll]
+    for i in 0..4usize {
+        let mut m = 0u32;
+        #[unroll]
+        for j in 0..8usize {
+            let a = abs_bits_for_amax(values[i * 8 + j]);
+            m = select(a > m, a, m);
+            col_max[j] = select(a > col_max[j], a, col_max[j]);
+        }
+        row_partial[(local_row0 + i) * MX_STRIPS + strip] = m;
+    }
+    #[unroll]
+    for j in 0..8usize {
+        col_partial[group * MX_TILE_COLS + strip * 8 + j] = col_max[j];
+    }
+    sync_cube();
+
+    // 2. One unit per (row, 32-column block) and one per column reduce the partials.
+    let mut row_block = SharedMemory::<u32>::new(MX_TILE_ROWS * MX_TILE_KBLOCKS);
+    let mut col_block = SharedMemory::<u32>::new(MX_TILE_COLS);
+    {
+        let r = unit / MX_TILE_KBLOCKS;
+        let kb = unit % MX_TILE_KBLOCKS;
+        let mut m = 0u32;
+        #[unroll]
+        for s in 0..4usize {
+            let p = row_partial[r * MX_STRIPS + kb * 4 + s];
+            m = select(p > m, p, m);
+        }
+        row_block[unit] = m;
+        let mut c = 0u32;
+        #[unroll]
+        for g in 0..8usize {
+            let p = col_partial[g * MX_TILE_COLS + unit];
+            c = select(p > c, p, c);
+        }
+        col_block[unit] = c;
+    }
+    sync_cube();
+
+    // 2D: one amax per 32x32 tile, from the column maxima.
+    let mut tile_block = SharedMemory::<u32>::new(MX_TILE_KBLOCKS);
+    if comptime![config.block_2d] {
+        if unit < MX_TILE_KBLOCKS {
+            let mut m = 0u32;
+            for c in 0..32usize {
+                let p = col_block[unit * 32 + c];
+                m = select(p > m, p, m);
+            }
+            tile_block[unit] = m;
+        }
+        sync_cube();
+    }
+
+    // 3. Scales: the reducing unit of each block writes its byte.
+    {
+        let r = unit / MX_TILE_KBLOCKS;
+        let kb = unit % MX_TILE_KBLOCKS;
+        let global_kb = tile_col0 / 32 + kb;
+        if rowwise_on && global_kb < cols / 32 {
+            let amax = if comptime![config.block_2d] {
+                tile_block[kb]
+            } else {
+                row_block[unit]
+            };
+            let e = float_to_e8m0(f32::reinterpret(amax) * reciprocal_max);
+            let row = tile_row * MX_TILE_ROWS + r;
+            rowwise_scales[scale_index(row, global_kb, row_scale_cols, swizzled)] =
+                u8::cast_from(e);
+        }
+        let c = tile_col0 + unit;
+        if columnwise_on && c < cols {
+            let amax = if comptime![config.block_2d] {
+                tile_block[unit / 32]
+            } else {
+                col_block[unit]
+            };
+            let e = float_to_e8m0(f32::reinterpret(amax) * reciprocal_max);
+            let index = select(
+                swizzled,
+                swizzled_offset(c, tile_row, col_scale_rows),
+                tile_row * col_scale_cols + c,
+            );
+            columnwise_scales[index] = u8::cast_from(e);
+        }
+    }
+
+    // 4. Codes.
+    if active {
+        let kb = strip / 4;
+        let mut codes = Array::<u32>::new(32usize);
+        if rowwise_on {
+            #[unroll(config.unroll)]
+            for i in 0..4usize {
+                let amax = if comptime![config.block_2d] {
+                    tile_block[kb]
+                } else {
+                    row_block[(local_row0 + i) * MX_TILE_KBLOCKS + kb]
+                };
+                let multiplier =
+                    e8m0_reciprocal(float_to_e8m0(f32::reinterpret(amax) * reciprocal_max));
+                #[unroll]
+                for j in 0..8usize {
+                    codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * multiplier, config.fp8);
+                }
+                let word = ((row0 + i) * cols + col0) / 4;
+                rowwise[word] = pack4(&codes, i * 8);
+                rowwise[word + 1] = pack4(&codes, i * 8 + 4);
+            }
+        }
+        if columnwise_on {
+            #[unroll(config.unroll)]
+            for j in 0..8usize {
+                let amax = if comptime![config.block_2d] {
+                    tile_block[kb]
+                } else {
+                    col_block[strip * 8 + j]
+                };
+                let multiplier =
+                    e8m0_reciprocal(float_to_e8m0(f32::reinterpret(amax) * reciprocal_max));
+                #[unroll]
+                for i in 0..4usize {
+                    codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * multiplier, config.fp8);
+                }
+            }
+            #[unroll(config.unroll)]
+            for i in 0..4usize {
+                let word = ((row0 + i) * cols + col0) / 4;
+                columnwise[word] = pack4(&codes, i * 8);
+                columnwise[word + 1] = pack4(&codes, i * 8 + 4);
+            }
+        }
+    }
+}

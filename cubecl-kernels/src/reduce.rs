@@ -1,0 +1,33 @@
+//! Cube-wide reductions used by the quantize kernels.
+
+use cubecl::prelude::*;
+
+/// Max over the cube of every unit's `value`, then one atomic max into `out[0]`. Every unit of the
+/// cube must call it (it synchronizes). `scratch` holds `units` u32.
+#[cube]
+pub fn cube_max_into(
+    value: u32,
+    scratch: &mut SharedMemory<u32>,
+    out: &Array<Atomic<u32>>,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..10u32 {
+        let stride = comptime![units >> (level + 1)];
+        if comptime![stride > 0] {
+            if unit < stride {
+                let other = scratch[unit + stride];
+                if other > scratch[unit] {
+                    scratch[unit] = other;
+                }
+            }
+            sync_cube();
+        }
+    }
+    if unit == 0 {
+        out[0].fetch_max(scratch[0]);
+    }
+}
