@@ -8,14 +8,18 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::debug::QuantizationError;
 use crate::error::{LowpError, Result};
 use crate::format::{
-    quantize_fp8_block, quantize_fp8_current, quantize_mxfp8, quantize_nvfp4, scaling::amax,
-    BlockShape, Direction, Fp8BlockScaling, Fp8CurrentScaling, Fp8Format, HostMatrix,
-    HostQuantized, Mxfp8Config, Nvfp4Config, QuantizedData, ScaleLayout, Scales, Usage,
+    scaling::amax, BlockShape, Direction, FormatConfig, Fp8BlockScaling, Fp8CurrentScaling,
+    Fp8Format, HostMatrix, HostQuantized, Mxfp8Config, Nvfp4Config, QuantizedData, ScaleLayout,
+    Scales, Usage,
 };
 use crate::tensor_file::{TensorFile, TensorWriter};
 
 #[derive(Parser, Debug)]
-#[command(name = "lowp", version, about = "Quantize and inspect safetensors checkpoints with burn-lowp's reference quantizers")]
+#[command(
+    name = "lowp",
+    version,
+    about = "Quantize and inspect safetensors checkpoints with burn-lowp's reference quantizers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -51,6 +55,9 @@ pub struct QuantizeArgs {
     /// Seed of the stochastic-rounding generator (nvfp4-sr only; default 0).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Where to quantize: the reference (ndarray), or the kernels on wgpu or cuda.
+    #[arg(long, value_enum, default_value_t = Device::Ndarray)]
+    pub device: Device,
     /// safetensors file to write.
     #[arg(long)]
     pub output: PathBuf,
@@ -177,51 +184,149 @@ impl QuantizeOptions {
     }
 }
 
-/// Quantizes `x` in `format`, producing the given representations.
+/// The quantizer configuration a CLI format and its options stand for.
+pub fn format_config(format: CliFormat, options: &QuantizeOptions) -> Result<FormatConfig> {
+    options.validate(format)?;
+    let current = |fp8| {
+        FormatConfig::Fp8Current(Fp8CurrentScaling {
+            pow2_scales: options.pow2_scales,
+            ..Fp8CurrentScaling::new(fp8)
+        })
+    };
+    let block = |shape| {
+        FormatConfig::Fp8Block(Fp8BlockScaling {
+            pow2_scales: !options.fp32_block_scales,
+            ..Fp8BlockScaling::new(Fp8Format::E4M3, shape)
+        })
+    };
+    let mx = |fp8, block_2d| FormatConfig::Mxfp8(Mxfp8Config { fp8, block_2d });
+    let nv = |block_2d, rht, stochastic_seed| {
+        FormatConfig::Nvfp4(Nvfp4Config {
+            block_2d,
+            rht,
+            stochastic_seed,
+        })
+    };
+    Ok(match format {
+        CliFormat::Fp8E4m3 => current(Fp8Format::E4M3),
+        CliFormat::Fp8E5m2 => current(Fp8Format::E5M2),
+        CliFormat::Fp8Block1x128 => block(BlockShape::OneByOneTwentyEight),
+        CliFormat::Fp8Block128x128 => block(BlockShape::OneTwentyEightSquare),
+        CliFormat::Mxfp8E4m3 => mx(Fp8Format::E4M3, false),
+        CliFormat::Mxfp8E5m2 => mx(Fp8Format::E5M2, false),
+        CliFormat::Mxfp8E4m3TwoD => mx(Fp8Format::E4M3, true),
+        CliFormat::Nvfp4 => nv(false, false, None),
+        CliFormat::Nvfp4TwoD => nv(true, false, None),
+        CliFormat::Nvfp4Rht => nv(false, true, None),
+        CliFormat::Nvfp4Sr => nv(false, false, Some(options.seed.unwrap_or(0))),
+    })
+}
+
+/// Quantizes `x` in `format` with the reference quantizers.
 pub fn quantize(
     x: &HostMatrix,
     format: CliFormat,
     options: &QuantizeOptions,
     usage: Usage,
 ) -> Result<HostQuantized> {
-    options.validate(format)?;
-    let current = |fp8| Fp8CurrentScaling {
-        pow2_scales: options.pow2_scales,
-        ..Fp8CurrentScaling::new(fp8)
-    };
-    let block = |shape| Fp8BlockScaling {
-        pow2_scales: !options.fp32_block_scales,
-        ..Fp8BlockScaling::new(Fp8Format::E4M3, shape)
-    };
-    let mx = |fp8, block_2d| Mxfp8Config { fp8, block_2d };
-    let nv = |block_2d, rht, stochastic_seed| Nvfp4Config {
-        block_2d,
-        rht,
-        stochastic_seed,
-    };
-    match format {
-        CliFormat::Fp8E4m3 => quantize_fp8_current(x, &current(Fp8Format::E4M3), usage),
-        CliFormat::Fp8E5m2 => quantize_fp8_current(x, &current(Fp8Format::E5M2), usage),
-        CliFormat::Fp8Block1x128 => {
-            quantize_fp8_block(x, &block(BlockShape::OneByOneTwentyEight), usage)
+    crate::format::quantize(x, &format_config(format, options)?, usage)
+}
+
+/// Where `lowp quantize` runs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Device {
+    /// The reference quantizers on the CPU.
+    #[default]
+    Ndarray,
+    /// The CubeCL kernels through wgpu (Vulkan; lavapipe on a CPU). Needs the `wgpu` feature.
+    Wgpu,
+    /// The CubeCL kernels on the first CUDA GPU. Needs the `cuda` feature.
+    Cuda,
+}
+
+/// Quantizes both directions of `x` on `device`; swizzled scales come from the kernel itself.
+pub fn quantize_on(
+    device: Device,
+    x: &HostMatrix,
+    config: &FormatConfig,
+    swizzled: bool,
+) -> Result<HostQuantized> {
+    match device {
+        Device::Ndarray => {
+            let mut q = crate::format::quantize(x, config, Usage::BOTH)?;
+            if swizzled {
+                q.swizzle_scales()?;
+            }
+            Ok(q)
         }
-        CliFormat::Fp8Block128x128 => {
-            quantize_fp8_block(x, &block(BlockShape::OneTwentyEightSquare), usage)
+        Device::Wgpu => {
+            #[cfg(feature = "wgpu")]
+            {
+                use burn_lowp_kernels::cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+                if !crate::backend::device::wgpu_available() {
+                    return Err(LowpError::invalid("--device", "wgpu", "no Vulkan adapter on this machine (install mesa-vulkan-drivers for lavapipe)"));
+                }
+                quantize_with::<burn_cubecl::CubeBackend<WgpuRuntime, f32, i32, u32>>(
+                    &WgpuDevice::default(),
+                    x,
+                    config,
+                    swizzled,
+                )
+            }
+            #[cfg(not(feature = "wgpu"))]
+            Err(LowpError::invalid(
+                "--device",
+                "wgpu",
+                "this lowp was built without the `wgpu` feature (cargo build --features wgpu)",
+            ))
         }
-        CliFormat::Mxfp8E4m3 => quantize_mxfp8(x, &mx(Fp8Format::E4M3, false), usage),
-        CliFormat::Mxfp8E5m2 => quantize_mxfp8(x, &mx(Fp8Format::E5M2, false), usage),
-        CliFormat::Mxfp8E4m3TwoD => quantize_mxfp8(x, &mx(Fp8Format::E4M3, true), usage),
-        CliFormat::Nvfp4 => quantize_nvfp4(x, &nv(false, false, None), usage),
-        CliFormat::Nvfp4TwoD => quantize_nvfp4(x, &nv(true, false, None), usage),
-        CliFormat::Nvfp4Rht => quantize_nvfp4(x, &nv(false, true, None), usage),
-        CliFormat::Nvfp4Sr => quantize_nvfp4(x, &nv(false, false, Some(options.seed.unwrap_or(0))), usage),
+        Device::Cuda => {
+            #[cfg(feature = "cuda")]
+            {
+                use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+                if !crate::backend::device::cuda_available() {
+                    return Err(LowpError::invalid(
+                        "--device",
+                        "cuda",
+                        "no CUDA driver or GPU on this machine",
+                    ));
+                }
+                quantize_with::<burn_cubecl::CubeBackend<CudaRuntime, f32, i32, u8>>(
+                    &CudaDevice::new(0),
+                    x,
+                    config,
+                    swizzled,
+                )
+            }
+            #[cfg(not(feature = "cuda"))]
+            Err(LowpError::invalid(
+                "--device",
+                "cuda",
+                "this lowp was built without the `cuda` feature (cargo build --features cuda)",
+            ))
+        }
     }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn quantize_with<B: crate::backend::LowpBackend>(
+    device: &B::Device,
+    x: &HostMatrix,
+    config: &FormatConfig,
+    swizzled: bool,
+) -> Result<HostQuantized> {
+    let tensor = B::float_from_host(x, device);
+    Ok(B::lowp_quantize(tensor, config, Usage::BOTH, swizzled)?.to_host())
 }
 
 /// Adds one representation's fields (`<direction>_data`, `<direction>_scale`, ...) to `out`.
 fn add_fields(out: &mut TensorWriter, direction: Direction, data: &QuantizedData, nvfp4: bool) {
     let prefix = direction.name();
-    out.add_u8(&format!("{prefix}_data"), data.codes_shape.to_vec(), data.codes.clone());
+    out.add_u8(
+        &format!("{prefix}_data"),
+        data.codes_shape.to_vec(),
+        data.codes.clone(),
+    );
     match &data.scales {
         Scales::TensorScaleInv(scale_inv) => {
             // Both directions share the one scale; write it once.
@@ -244,8 +349,8 @@ fn add_fields(out: &mut TensorWriter, direction: Direction, data: &QuantizedData
             out.add_u8(&format!("{prefix}_scale"), dims, bytes.clone());
         }
     }
-    if nvfp4 {
-        out.add_f32(&format!("{prefix}_amax"), vec![1], &[data.amax]);
+    if let (true, Some(amax)) = (nvfp4, data.amax) {
+        out.add_f32(&format!("{prefix}_amax"), vec![1], &[amax]);
     }
 }
 
@@ -265,10 +370,8 @@ pub fn run_quantize(args: &QuantizeArgs) -> Result<String> {
             "applies to MXFP8 and NVFP4 only (FP8 scales are not block bytes)",
         ));
     }
-    let mut q = quantize(&x, args.format, &options, Usage::BOTH)?;
-    if args.swizzled_scales {
-        q.swizzle_scales()?;
-    }
+    let config = format_config(args.format, &options)?;
+    let q = quantize_on(args.device, &x, &config, args.swizzled_scales)?;
     let mut out = TensorWriter::default();
     let nvfp4 = matches!(q.format, crate::format::QuantFormat::Nvfp4 { .. });
     for direction in [Direction::Rowwise, Direction::Columnwise] {
@@ -277,12 +380,17 @@ pub fn run_quantize(args: &QuantizeArgs) -> Result<String> {
         }
     }
     out.set_metadata("format", args.format.name());
+    out.set_metadata("device", format!("{:?}", args.device).to_lowercase());
     out.set_metadata("source_tensor", &args.tensor);
     out.set_metadata("source_dtype", x.dtype.name());
     out.set_metadata("matrix_shape", format!("[{}, {}]", x.rows, x.cols));
     out.set_metadata(
         "scale_layout",
-        if args.swizzled_scales { "swizzled" } else { "compact" },
+        if args.swizzled_scales {
+            "swizzled"
+        } else {
+            "compact"
+        },
     );
     if let Some(seed) = args.seed {
         out.set_metadata("seed", seed);
@@ -331,7 +439,9 @@ pub fn run_inspect(args: &InspectArgs) -> Result<String> {
         let x = match file.read_matrix(&name) {
             Ok(x) => x,
             Err(LowpError::Dtype { dtype, .. }) => {
-                report.push_str(&format!("{name}  shape {raw_shape:?}  dtype {dtype}  (skipped: not a float tensor)\n"));
+                report.push_str(&format!(
+                    "{name}  shape {raw_shape:?}  dtype {dtype}  (skipped: not a float tensor)\n"
+                ));
                 continue;
             }
             Err(e) => return Err(e),

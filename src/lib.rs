@@ -4,10 +4,12 @@
 //! * [`tensor_file`]: reading and writing safetensors files for the `lowp` CLI.
 //! * [`cli`]: the `lowp quantize` / `lowp inspect` commands.
 
+pub mod backend;
 pub mod cli;
 pub mod debug;
 pub mod error;
 pub mod format;
+pub mod quant;
 pub mod tensor_file;
 
 pub use error::{LowpError, Result};

@@ -38,7 +38,12 @@ impl TensorFile {
 
     /// Tensor names, sorted.
     pub fn names(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> = self.parse()?.names().into_iter().map(String::from).collect();
+        let mut names: Vec<String> = self
+            .parse()?
+            .names()
+            .into_iter()
+            .map(String::from)
+            .collect();
         names.sort();
         Ok(names)
     }
@@ -71,7 +76,10 @@ impl TensorFile {
         let (dtype, values): (InputDtype, Vec<f32>) = match raw.dtype {
             Dtype::F32 => (
                 InputDtype::F32,
-                raw.data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+                raw.data
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
             ),
             Dtype::F16 => (
                 InputDtype::F16,

@@ -14,7 +14,7 @@
 use super::codec::Fp8Format;
 use super::matrix::HostMatrix;
 use super::quantized::{HostQuantized, QuantFormat, QuantizedData, Scales, Usage};
-use super::scaling::{amax, compute_scale_from_amax, fmaxf, ScaleRule};
+use super::scaling::{compute_scale_from_amax, fmaxf, ScaleRule};
 use crate::error::{LowpError, Result};
 
 /// Elements per block side.
@@ -74,28 +74,26 @@ pub fn quantize_fp8_block(
     config: &Fp8BlockScaling,
     usage: Usage,
 ) -> Result<HostQuantized> {
-    let format = format!("FP8 block scaling {}", config.block.name());
+    // TE requires both dimensions to be multiples of 128 whatever the block shape.
+    x.require_blocks(
+        FP8_BLOCK,
+        FP8_BLOCK,
+        &format!("FP8 block scaling {}", config.block.name()),
+    )?;
     let block_rows = config.block.rows();
-    if usage.rowwise {
-        x.require_blocks(block_rows, FP8_BLOCK, &format)?;
-    }
-    if usage.columnwise {
-        x.require_blocks(FP8_BLOCK, block_rows, &format)?;
-    }
     let rule = ScaleRule {
         fp8_max: config.fp8.max(),
         pow2: config.pow2_scales,
         epsilon: config.amax_epsilon,
         value_for_inf: x.dtype.max_finite(),
     };
-    let tensor_amax = amax(&x.values);
     let rowwise = usage.rowwise.then(|| {
         let (codes, scales) = quantize_blocks(x, block_rows, config.fp8, &rule);
         QuantizedData {
             codes,
             codes_shape: [x.rows, x.cols],
             scales,
-            amax: tensor_amax,
+            amax: None,
         }
     });
     let columnwise = usage.columnwise.then(|| {
@@ -104,7 +102,7 @@ pub fn quantize_fp8_block(
             codes,
             codes_shape: [x.cols, x.rows],
             scales,
-            amax: tensor_amax,
+            amax: None,
         }
     });
     Ok(HostQuantized {

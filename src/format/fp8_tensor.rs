@@ -83,13 +83,13 @@ pub fn quantize_fp8_with_scale(
         codes: transpose(&codes, x.rows, x.cols),
         codes_shape: [x.cols, x.rows],
         scales: Scales::TensorScaleInv(scale_inv),
-        amax: tensor_amax,
+        amax: Some(tensor_amax),
     });
     let rowwise = usage.rowwise.then(|| QuantizedData {
         codes,
         codes_shape: [x.rows, x.cols],
         scales: Scales::TensorScaleInv(scale_inv),
-        amax: tensor_amax,
+        amax: Some(tensor_amax),
     });
     Ok(HostQuantized {
         format: QuantFormat::Fp8Tensor { fp8 },
@@ -109,5 +109,9 @@ pub(crate) fn dequantize_codes(fp8: Fp8Format, data: &QuantizedData) -> Result<V
             "FP8 per-tensor data needs one tensor scale_inv",
         ));
     };
-    Ok(data.codes.iter().map(|&c| fp8.decode(c) * scale_inv).collect())
+    Ok(data
+        .codes
+        .iter()
+        .map(|&c| fp8.decode(c) * scale_inv)
+        .collect())
 }

@@ -84,11 +84,17 @@ mod tests {
 
     /// The matrix `diag(s) · H16 / 4` written out from its definition.
     fn rht_matrix() -> [[f64; 16]; 16] {
-        let signs = [1., 1., 1., -1., 1., -1., -1., -1., -1., -1., -1., 1., -1., 1., -1., -1.];
+        let signs = [
+            1., 1., 1., -1., 1., -1., -1., -1., -1., -1., -1., 1., -1., 1., -1., -1.,
+        ];
         let mut m = [[0.0; 16]; 16];
         for i in 0..16 {
             for j in 0..16 {
-                let h = if (i & j as usize).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+                let h = if (i & j as usize).count_ones() % 2 == 0 {
+                    1.0
+                } else {
+                    -1.0
+                };
                 m[i][j] = signs[i] * h * 0.25;
             }
         }
@@ -98,12 +104,17 @@ mod tests {
     #[test]
     fn butterfly_equals_matrix_product() {
         let m = rht_matrix();
-        let input: [f32; 16] = std::array::from_fn(|i| (i as f32 - 7.5) * 0.37 + (i * i) as f32 * 0.01);
+        let input: [f32; 16] =
+            std::array::from_fn(|i| (i as f32 - 7.5) * 0.37 + (i * i) as f32 * 0.01);
         let mut v = input;
         rht16(&mut v, InputDtype::F32);
         for j in 0..16 {
             let expected: f64 = (0..16).map(|i| input[i] as f64 * m[i][j]).sum();
-            assert!((v[j] as f64 - expected).abs() < 1e-5, "j={j}: {} vs {expected}", v[j]);
+            assert!(
+                (v[j] as f64 - expected).abs() < 1e-5,
+                "j={j}: {} vs {expected}",
+                v[j]
+            );
         }
         inverse_rht16(&mut v);
         for i in 0..16 {

@@ -5,6 +5,7 @@
 //! to these functions bit for bit.
 
 pub mod codec;
+pub mod config;
 pub mod fp8_block;
 pub mod fp8_tensor;
 pub mod hadamard;
@@ -17,6 +18,7 @@ pub mod scaling;
 pub mod swizzle;
 
 pub use codec::Fp8Format;
+pub use config::{check_shape, codes_shape, quantize, scales_shape, FormatConfig};
 pub use fp8_block::{quantize_fp8_block, BlockShape, Fp8BlockScaling};
 pub use fp8_tensor::{quantize_fp8_current, quantize_fp8_with_scale, Fp8CurrentScaling};
 pub use matrix::{HostMatrix, InputDtype};
@@ -37,7 +39,11 @@ impl HostQuantized {
             LowpError::invalid(
                 "direction",
                 direction.name(),
-                format!("this {} tensor holds no {} data", self.format.name(), direction.name()),
+                format!(
+                    "this {} tensor holds no {} data",
+                    self.format.name(),
+                    direction.name()
+                ),
             )
         })?;
         let rowwise = direction == Direction::Rowwise;

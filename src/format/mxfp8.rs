@@ -54,7 +54,6 @@ pub fn quantize_mxfp8(x: &HostMatrix, config: &Mxfp8Config, usage: Usage) -> Res
             }
         }
     }
-    let tensor_amax = amax(&x.values);
 
     let rowwise = usage.rowwise.then(|| {
         let shape = [round_up(m, 128), round_up(k / 32, 4)];
@@ -84,7 +83,7 @@ pub fn quantize_mxfp8(x: &HostMatrix, config: &Mxfp8Config, usage: Usage) -> Res
                 bytes: scales,
                 layout: ScaleLayout::Compact,
             },
-            amax: tensor_amax,
+            amax: None,
         }
     });
 
@@ -116,7 +115,7 @@ pub fn quantize_mxfp8(x: &HostMatrix, config: &Mxfp8Config, usage: Usage) -> Res
                 bytes: scales,
                 layout: ScaleLayout::Compact,
             },
-            amax: tensor_amax,
+            amax: None,
         }
     });
 

@@ -6,7 +6,8 @@
 //! 2. Per block: `s_b = e4m3(min(block_amax * (S_enc * (1/6)), 448))` (round to nearest even).
 //! 3. `enc = min(1 / (float(s_b) * S_dec), f32::MAX)`; `q = e2m1(clamp(x * enc, -6, 6))` with
 //!    round-to-nearest-even, or stochastic rounding for gradients.
-//! 4. Dequantize: `x ~= e2m1(q) * (float(s_b) * S_dec)`.
+//! 4. Dequantize: `x ~= e2m1(q) * (float(s_b) * S_dec)` (with RHT, the inverse transform is applied
+//!    to the E2M1 values before the scale).
 //!
 //! Codes pack two per byte, the even element in the low nibble. Rowwise codes `[M, K/2]`, scales
 //! `[roundup(M,128), roundup(K/16,4)]`. Columnwise is the transpose `xᵀ` quantized the same way:
@@ -99,25 +100,28 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u8 {
     encode_e2m1(if x < 0.0 { -q } else { q })
 }
 
-/// Checks the divisibility each requested direction needs: blocks of `tile_rows x 16` along the
-/// rows of `x` (rowwise) or of `xᵀ` (columnwise).
-fn require_shape(x: &HostMatrix, tile_rows: usize, usage: Usage) -> Result<()> {
-    let name = format!("NVFP4 ({tile_rows}x16 blocks)");
-    if usage.rowwise {
-        x.require_blocks(tile_rows, NVFP4_BLOCK, &name)?;
-    }
-    if usage.columnwise {
-        x.require_blocks(NVFP4_BLOCK, tile_rows, &name)?;
+/// TE's rules: both dimensions divisible by 16; RHT only on 1x16 blocks (activations and
+/// gradients), 16x16 blocks only without it (weights).
+pub fn check_nvfp4(x: &HostMatrix, config: &Nvfp4Config) -> Result<()> {
+    x.require_blocks(NVFP4_BLOCK, NVFP4_BLOCK, "NVFP4")?;
+    if config.block_2d && config.rht {
+        return Err(LowpError::invalid(
+            format!("NVFP4 options for tensor `{}`", x.name),
+            "16x16 blocks with RHT",
+            "RHT applies to 1x16 activations and gradients; 16x16 blocks are for weights",
+        ));
     }
     Ok(())
 }
 
 pub fn quantize_nvfp4(x: &HostMatrix, config: &Nvfp4Config, usage: Usage) -> Result<HostQuantized> {
+    check_nvfp4(x, config)?;
     let tile_rows = if config.block_2d { NVFP4_BLOCK } else { 1 };
-    require_shape(x, tile_rows, usage)?;
     let rowwise_amax = amax(&x.values);
     let rowwise = usage.rowwise.then(|| {
-        let key = config.stochastic_seed.map(|s| stream_key(s, ROWWISE_STREAM));
+        let key = config
+            .stochastic_seed
+            .map(|s| stream_key(s, ROWWISE_STREAM));
         quantize_rows(&x.values, x.rows, x.cols, tile_rows, rowwise_amax, key)
     });
     let columnwise = usage.columnwise.then(|| {
@@ -125,8 +129,14 @@ pub fn quantize_nvfp4(x: &HostMatrix, config: &Nvfp4Config, usage: Usage) -> Res
         if config.rht {
             rht_rows(&mut source, x.rows, x.dtype);
         }
-        let col_amax = if config.rht { amax(&source) } else { rowwise_amax };
-        let key = config.stochastic_seed.map(|s| stream_key(s, COLUMNWISE_STREAM));
+        let col_amax = if config.rht {
+            amax(&source)
+        } else {
+            rowwise_amax
+        };
+        let key = config
+            .stochastic_seed
+            .map(|s| stream_key(s, COLUMNWISE_STREAM));
         quantize_rows(&source, x.cols, x.rows, tile_rows, col_amax, key)
     });
     Ok(HostQuantized {
@@ -185,7 +195,7 @@ fn quantize_rows(
             bytes: scales,
             layout: ScaleLayout::Compact,
         },
-        amax: global_amax,
+        amax: Some(global_amax),
     }
 }
 
@@ -216,21 +226,34 @@ pub(crate) fn dequantize_codes(rowwise: bool, rht: bool, data: &QuantizedData) -
             format!("codes [{rows}, {half_cols}] need {expected:?}"),
         ));
     }
-    let s_dec = 1.0 / global_encode_scale(data.amax);
-    let mut out = Vec::with_capacity(rows * cols);
+    let Some(amax) = data.amax else {
+        return Err(LowpError::invalid(
+            "NVFP4 amax",
+            "none",
+            "NVFP4 data carries its global amax",
+        ));
+    };
+    let s_dec = 1.0 / global_encode_scale(amax);
+    // E2M1 values first; with RHT the inverse transform runs on them (exact: small dyadic
+    // numbers), and each block's scale is applied last, one rounding per element. A block and an
+    // RHT chunk are the same 16 elements, so they share the scale.
+    let mut out: Vec<f32> = (0..rows * cols)
+        .map(|i| {
+            let byte = data.codes[i / 2];
+            decode_e2m1(if i % 2 == 0 { byte & 0xF } else { byte >> 4 })
+        })
+        .collect();
+    if !rowwise && rht {
+        debug_assert_eq!(NVFP4_BLOCK, RHT_SIZE);
+        inverse_rht_rows(&mut out);
+    }
     for r in 0..rows {
         for c in 0..cols {
-            let byte = data.codes[(r * cols + c) / 2];
-            let code = if c % 2 == 0 { byte & 0xF } else { byte >> 4 };
             let s_b = Fp8Format::E4M3.decode(bytes[r * shape[1] + c / NVFP4_BLOCK]);
-            out.push(decode_e2m1(code) * (s_b * s_dec));
+            out[r * cols + c] *= s_b * s_dec;
         }
     }
     if !rowwise {
-        if rht {
-            debug_assert_eq!(cols % RHT_SIZE, 0);
-            inverse_rht_rows(&mut out);
-        }
         out = transpose(&out, rows, cols);
     }
     Ok(out)

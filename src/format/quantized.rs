@@ -66,7 +66,9 @@ impl QuantFormat {
     pub fn name(&self) -> String {
         match self {
             QuantFormat::Fp8Tensor { fp8 } => format!("fp8-{}", fp8.name()),
-            QuantFormat::Fp8Block { fp8, block } => format!("fp8-block-{}-{}", block.name(), fp8.name()),
+            QuantFormat::Fp8Block { fp8, block } => {
+                format!("fp8-block-{}-{}", block.name(), fp8.name())
+            }
             QuantFormat::Mxfp8 { fp8, block_2d } => {
                 format!("mxfp8-{}{}", fp8.name(), if *block_2d { "-2d" } else { "" })
             }
@@ -119,8 +121,10 @@ pub struct QuantizedData {
     /// Shape of `codes` in bytes.
     pub codes_shape: [usize; 2],
     pub scales: Scales,
-    /// The amax this representation was scaled from (NVFP4 with RHT: after the transform).
-    pub amax: f32,
+    /// The amax this representation was scaled from, where the format keeps one: FP8 per-tensor
+    /// (the tensor amax, which delayed scaling records) and NVFP4 (with RHT: after the transform).
+    /// Block-scaled FP8 and MXFP8 keep none.
+    pub amax: Option<f32>,
 }
 
 /// A quantized `[rows, cols]` matrix.

@@ -50,7 +50,10 @@ mod tests {
             histogram[random_byte(key, i) as usize] += 1;
         }
         // Each bin expects 1000 hits (std ~31.6); 6 sigma bounds.
-        assert!(histogram.iter().all(|&h| (810..=1190).contains(&h)), "{histogram:?}");
+        assert!(
+            histogram.iter().all(|&h| (810..=1190).contains(&h)),
+            "{histogram:?}"
+        );
     }
 
     #[test]
@@ -58,7 +61,11 @@ mod tests {
         let a = stream_key(7, ROWWISE_STREAM);
         let b = stream_key(7, COLUMNWISE_STREAM);
         let c = stream_key(8, ROWWISE_STREAM);
-        let same = |k1: u32, k2: u32| (0..1000).filter(|&i| random_word(k1, i) == random_word(k2, i)).count();
+        let same = |k1: u32, k2: u32| {
+            (0..1000)
+                .filter(|&i| random_word(k1, i) == random_word(k2, i))
+                .count()
+        };
         assert_eq!(same(a, b), 0);
         assert_eq!(same(a, c), 0);
     }

@@ -118,7 +118,12 @@ impl SplitMix {
 
 /// A `[rows, cols]` BF16-representable matrix: unit Gaussians, each row scaled by 2^e with e
 /// uniform in `[-spread, spread]`, so blocks see both large and tiny values.
-pub fn random_matrix(rows: usize, cols: usize, seed: u64, spread: f64) -> burn_lowp::format::HostMatrix {
+pub fn random_matrix(
+    rows: usize,
+    cols: usize,
+    seed: u64,
+    spread: f64,
+) -> burn_lowp::format::HostMatrix {
     use burn_lowp::format::{HostMatrix, InputDtype};
     let mut rng = SplitMix(seed);
     let mut values = Vec::with_capacity(rows * cols);

@@ -175,7 +175,7 @@ proptest! {
         let q = quantize_nvfp4(&x, &Nvfp4Config { block_2d: false, rht: false, stochastic_seed: None }, Usage::BOTH).unwrap();
         let row = q.rowwise.as_ref().unwrap();
         let Scales::BlockBytes { shape, bytes, .. } = &row.scales else { panic!() };
-        let s_enc = burn_lowp::format::nvfp4::global_encode_scale(row.amax);
+        let s_enc = burn_lowp::format::nvfp4::global_encode_scale(row.amax.unwrap());
         let s_dec = 1.0 / s_enc;
         let dq = q.dequantize(Direction::Rowwise).unwrap();
         for r in 0..x.rows {
@@ -231,7 +231,11 @@ proptest! {
 #[test]
 fn rht_columnwise_dequantizes_back_to_the_source() {
     let x = random_matrix(128, 64, 3, 0.0);
-    let config = Nvfp4Config { block_2d: false, rht: true, stochastic_seed: None };
+    let config = Nvfp4Config {
+        block_2d: false,
+        rht: true,
+        stochastic_seed: None,
+    };
     let q = quantize_nvfp4(&x, &config, Usage::BOTH).unwrap();
     let col = q.dequantize(Direction::Columnwise).unwrap();
     let (mut err, mut norm) = (0.0f64, 0.0f64);
@@ -243,31 +247,80 @@ fn rht_columnwise_dequantizes_back_to_the_source() {
     let rel = (err / norm).sqrt();
     assert!(rel < 0.15, "relative RMS error {rel}");
     let amax_t = q.columnwise.as_ref().unwrap().amax;
-    assert_ne!(amax_t, q.rowwise.as_ref().unwrap().amax, "columnwise amax is taken after the RHT");
+    assert_ne!(
+        amax_t,
+        q.rowwise.as_ref().unwrap().amax,
+        "columnwise amax is taken after the RHT"
+    );
 }
 
 #[test]
 fn shapes_a_format_cannot_take_are_errors() {
     let x = random_matrix(48, 40, 1, 1.0);
-    let err = quantize_mxfp8(&x, &Mxfp8Config { fp8: Fp8Format::E4M3, block_2d: false }, Usage::BOTH)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("K = 40") && err.contains("divisible by 32"), "{err}");
-    let err = quantize_fp8_block(&random_matrix(100, 128, 1, 1.0),
-        &Fp8BlockScaling::new(Fp8Format::E4M3, BlockShape::OneByOneTwentyEight), Usage::COLUMNWISE)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("M = 100") && err.contains("divisible by 128"), "{err}");
-    // Rowwise 1x128 only needs K % 128.
-    assert!(quantize_fp8_block(&random_matrix(100, 128, 1, 1.0),
-        &Fp8BlockScaling::new(Fp8Format::E4M3, BlockShape::OneByOneTwentyEight), Usage::ROWWISE).is_ok());
-    let err = quantize_nvfp4(&random_matrix(24, 32, 1, 1.0),
-        &Nvfp4Config { block_2d: false, rht: false, stochastic_seed: None }, Usage::BOTH)
-        .unwrap_err()
-        .to_string();
+    let err = quantize_mxfp8(
+        &x,
+        &Mxfp8Config {
+            fp8: Fp8Format::E4M3,
+            block_2d: false,
+        },
+        Usage::BOTH,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("K = 40") && err.contains("divisible by 32"),
+        "{err}"
+    );
+    let err = quantize_fp8_block(
+        &random_matrix(100, 128, 1, 1.0),
+        &Fp8BlockScaling::new(Fp8Format::E4M3, BlockShape::OneByOneTwentyEight),
+        Usage::COLUMNWISE,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("M = 100") && err.contains("divisible by 128"),
+        "{err}"
+    );
+    // TE's rule: both dimensions, whatever the direction.
+    let err = quantize_fp8_block(
+        &random_matrix(100, 128, 1, 1.0),
+        &Fp8BlockScaling::new(Fp8Format::E4M3, BlockShape::OneByOneTwentyEight),
+        Usage::ROWWISE,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("M = 100"), "{err}");
+    let err = quantize_nvfp4(
+        &random_matrix(32, 32, 1, 1.0),
+        &Nvfp4Config {
+            block_2d: true,
+            rht: true,
+            stochastic_seed: None,
+        },
+        Usage::BOTH,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("16x16 blocks with RHT"), "{err}");
+    let err = quantize_nvfp4(
+        &random_matrix(24, 32, 1, 1.0),
+        &Nvfp4Config {
+            block_2d: false,
+            rht: false,
+            stochastic_seed: None,
+        },
+        Usage::BOTH,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("M = 24"), "{err}");
-    let err = quantize_fp8_current(&random_matrix(0, 0, 1, 1.0), &Fp8CurrentScaling::new(Fp8Format::E4M3), Usage::BOTH)
-        .unwrap_err()
-        .to_string();
+    let err = quantize_fp8_current(
+        &random_matrix(0, 0, 1, 1.0),
+        &Fp8CurrentScaling::new(Fp8Format::E4M3),
+        Usage::BOTH,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("non-empty"), "{err}");
 }

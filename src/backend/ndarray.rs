@@ -1,0 +1,109 @@
+//! `LowpBackend` for `NdArray`: the reference quantizers on the host. NdArray tensors are f32, so
+//! inputs are quantized as f32 (an RHT copy is therefore kept in f32, not rounded to bf16).
+
+use std::sync::Arc;
+
+use burn::backend::ndarray::{NdArray, NdArrayTensor};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
+use burn::tensor::{read_sync, TensorData, TensorMetadata};
+
+use super::{matrix_dims, LowpBackend};
+use crate::error::{LowpError, Result};
+use crate::format::{
+    check_shape, quantize, quantize_fp8_with_scale, Direction, FormatConfig, Fp8Format, HostMatrix,
+    InputDtype, Usage,
+};
+use crate::quant::QuantizedTensor;
+
+/// Host bytes shared between clones.
+pub type HostBytes = Arc<Vec<u8>>;
+
+fn to_matrix(x: FloatTensor<NdArray>, name: &str) -> Result<HostMatrix> {
+    let (rows, cols) = matrix_dims(&x.shape().as_slice());
+    let data = read_sync(NdArray::<f32>::float_into_data(x))
+        .map_err(|e| LowpError::invalid("tensor", name, format!("could not be read: {e:?}")))?;
+    let values = data
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| LowpError::invalid("tensor", name, format!("is not f32: {e:?}")))?;
+    HostMatrix::new(name, rows, cols, InputDtype::F32, values)
+}
+
+fn upload(bytes: Vec<u8>) -> HostBytes {
+    Arc::new(bytes)
+}
+
+impl LowpBackend for NdArray {
+    type Bytes = HostBytes;
+
+    fn lowp_quantize(
+        x: FloatTensor<Self>,
+        config: &FormatConfig,
+        usage: Usage,
+        optimize_for_gemm: bool,
+    ) -> Result<QuantizedTensor<Self>> {
+        let m = to_matrix(x, "input")?;
+        check_shape(&m.name, m.rows, m.cols, &config.format())?;
+        let mut host = quantize(&m, config, usage)?;
+        if optimize_for_gemm && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Nvfp4(_)) {
+            host.swizzle_scales()?;
+        }
+        Ok(QuantizedTensor::from_host(&host, upload))
+    }
+
+    fn quantize_fp8_with_scale(
+        x: FloatTensor<Self>,
+        fp8: Fp8Format,
+        scale: FloatTensor<Self>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        let m = to_matrix(x, "input")?;
+        check_shape(
+            &m.name,
+            m.rows,
+            m.cols,
+            &crate::format::QuantFormat::Fp8Tensor { fp8 },
+        )?;
+        let scale = to_matrix(scale, "scale")?;
+        if scale.values.len() != 1 {
+            return Err(LowpError::shape(
+                "scale",
+                format!("{} values", scale.values.len()),
+                "a delayed-scaling scale is one value",
+            ));
+        }
+        let host = quantize_fp8_with_scale(&m, fp8, scale.values[0], usage)?;
+        Ok(QuantizedTensor::from_host(&host, upload))
+    }
+
+    fn lowp_dequantize(
+        q: &QuantizedTensor<Self>,
+        direction: Direction,
+    ) -> Result<FloatTensor<Self>> {
+        let values = q.to_host().dequantize(direction)?;
+        Ok(NdArrayTensor::from_data(TensorData::new(
+            values,
+            [q.rows, q.cols],
+        )))
+    }
+
+    fn swizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
+        let mut host = q.to_host();
+        host.swizzle_scales()?;
+        Ok(QuantizedTensor::from_host(&host, upload))
+    }
+
+    fn unswizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
+        let mut host = q.to_host();
+        host.unswizzle_scales()?;
+        Ok(QuantizedTensor::from_host(&host, upload))
+    }
+
+    fn bytes_to_host(bytes: &Self::Bytes) -> Vec<u8> {
+        bytes.as_ref().clone()
+    }
+
+    fn float_from_host(m: &HostMatrix, _device: &Self::Device) -> FloatTensor<Self> {
+        NdArrayTensor::from_data(TensorData::new(m.values.clone(), [m.rows, m.cols]))
+    }
+}

@@ -1,0 +1,68 @@
+//! The quantize/dequantize kernels through `LowpBackend`, bit for bit against the reference
+//! quantizers, on every backend this build has: NdArray always, wgpu (lavapipe in CI) with the
+//! `wgpu` feature, CUDA with the `cuda` feature. One suite, instantiated per backend.
+//!
+//! Without a Vulkan adapter the wgpu tests say so and pass, unless `LOWP_REQUIRE_WGPU=1` (which
+//! `.ci/run` sets); likewise CUDA with `LOWP_REQUIRE_CUDA=1` (the GPU bundle sets
+//! `LOWP_TEST_DEVICE=cuda`, which implies it).
+
+mod common;
+
+#[path = "kernels/suite.rs"]
+mod suite;
+
+#[cfg(feature = "ndarray")]
+mod ndarray {
+    use burn::backend::NdArray;
+    use burn_lowp::format::InputDtype;
+    crate::suite::kernel_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use burn_cubecl::CubeBackend;
+    use burn_lowp::format::InputDtype;
+    use burn_lowp_kernels::cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+
+    type Backend = CubeBackend<WgpuRuntime, f32, i32, u32>;
+
+    /// The default wgpu device if a Vulkan adapter exists.
+    fn device() -> Option<WgpuDevice> {
+        crate::suite::probe_device(
+            "wgpu",
+            "LOWP_REQUIRE_WGPU",
+            burn_lowp::backend::device::wgpu_available,
+        )
+        .then(WgpuDevice::default)
+    }
+
+    crate::suite::kernel_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn_cubecl::CubeBackend;
+    use burn_lowp::format::InputDtype;
+    use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+
+    type Backend = CubeBackend<CudaRuntime, f32, i32, u8>;
+
+    fn device() -> Option<CudaDevice> {
+        crate::suite::probe_device(
+            "cuda",
+            "LOWP_REQUIRE_CUDA",
+            burn_lowp::backend::device::cuda_available,
+        )
+        .then(|| CudaDevice::new(0))
+    }
+
+    crate::suite::kernel_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
+}
