@@ -12,11 +12,11 @@ use burn_lowp::tensor_file::{TensorFile, TensorWriter};
 use common::{compare_e2m1_neighbours, crop_zero_padded, goldens, goldens_path};
 use serde_json::Value;
 
+/// The `lowp` binary: `LOWP_BIN` where the tests run away from the build tree (the GPU bundle),
+/// else the one cargo built.
 fn lowp(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lowp"))
-        .args(args)
-        .output()
-        .expect("run lowp")
+    let bin = std::env::var("LOWP_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lowp").to_string());
+    Command::new(bin).args(args).output().expect("run lowp")
 }
 
 fn quantize(input: &Path, tensor: &str, format: &str, extra: &[&str], output: &Path) -> Output {

@@ -124,11 +124,3 @@ pub fn dequantize_nvfp4_kernel(
         }
     }
 }
-
-/// Fills a u32 buffer with `value` (zeroing scale padding and amax accumulators).
-#[cube(launch_unchecked)]
-pub fn fill_kernel(out: &mut Array<u32>, value: u32) {
-    if ABSOLUTE_POS < out.len() {
-        out[ABSOLUTE_POS] = value;
-    }
-}

@@ -5,10 +5,9 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::amax::{amax_kernel, amax_rht_kernel, AMAX_UNITS};
+use crate::buffers::{copy_kernel, fill_kernel};
 use crate::codec::{ElemKind, Fp8Kind};
-use crate::dequantize::{
-    dequantize_fp8_kernel, dequantize_mxfp8_kernel, dequantize_nvfp4_kernel, fill_kernel,
-};
+use crate::dequantize::{dequantize_fp8_kernel, dequantize_mxfp8_kernel, dequantize_nvfp4_kernel};
 use crate::flags;
 use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
@@ -136,6 +135,12 @@ pub struct QuantizeOutput {
     pub columnwise: Option<DirectionOutput>,
 }
 
+/// A cube count of at least `cubes` cubes, spread over dimensions within the hardware limits
+/// (kernels index with ABSOLUTE_POS and check bounds, so extra cubes idle).
+fn linear_cubes<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> CubeCount {
+    cubecl::server::CubeCountSelection::new(client, cubes.max(1) as u32).cube_count()
+}
+
 fn ceil_div(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }
@@ -152,7 +157,7 @@ pub fn filled<R: Runtime>(client: &ComputeClient<R>, words: usize, value: u32) -
     unsafe {
         fill_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::new_1d(cubes as u32),
+            linear_cubes(client, cubes),
             CubeDim::new_1d(units as u32),
             ArrayArg::from_raw_parts(handle.clone(), words.max(1)),
             value,
@@ -628,7 +633,7 @@ fn relayout<R: Runtime>(
     let n = rows * cols;
     let out = client.empty(n);
     let units = 256usize;
-    let count = CubeCount::new_1d(ceil_div(n, units) as u32);
+    let count = linear_cubes(client, ceil_div(n, units));
     let dim = CubeDim::new_1d(units as u32);
     unsafe {
         if to_swizzled {
@@ -697,7 +702,7 @@ pub fn dequantize_fp8<R: Runtime>(
     unsafe {
         dequantize_fp8_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::new_1d(ceil_div(n / 4, units) as u32),
+            linear_cubes(client, ceil_div(n / 4, units)),
             CubeDim::new_1d(units as u32),
             arg(codes, n / 4),
             arg(scales, scale_words),
@@ -730,7 +735,7 @@ pub fn dequantize_mxfp8<R: Runtime>(
     unsafe {
         dequantize_mxfp8_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::new_1d(ceil_div(n / 4, units) as u32),
+            linear_cubes(client, ceil_div(n / 4, units)),
             CubeDim::new_1d(units as u32),
             arg(codes, n / 4),
             arg(scales, shape[0] * shape[1]),
@@ -768,7 +773,7 @@ pub fn dequantize_nvfp4<R: Runtime>(
     unsafe {
         dequantize_nvfp4_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::new_1d(ceil_div(n / 16, units) as u32),
+            linear_cubes(client, ceil_div(n / 16, units)),
             CubeDim::new_1d(units as u32),
             arg(codes, n / 8),
             arg(scales, shape[0] * shape[1]),
@@ -779,6 +784,24 @@ pub fn dequantize_nvfp4<R: Runtime>(
             shape[1],
             !rowwise,
             rht && !rowwise,
+        )
+    };
+    out
+}
+
+/// Copies `bytes` (a multiple of 16) from `input` into a new buffer: the device-copy baseline.
+pub fn copy<R: Runtime>(client: &ComputeClient<R>, input: &Handle, bytes: usize) -> Handle {
+    let out = client.empty(bytes);
+    let words = bytes / 4;
+    let units = 256usize;
+    unsafe {
+        copy_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(words / INPUT_VECTOR, units)),
+            CubeDim::new_1d(units as u32),
+            INPUT_VECTOR,
+            arg(input, words),
+            arg(&out, words),
         )
     };
     out

@@ -12,6 +12,7 @@
 //! or f32 (FP8).
 
 pub mod amax;
+pub mod buffers;
 pub mod codec;
 pub mod dequantize;
 pub mod flags;

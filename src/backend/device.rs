@@ -15,6 +15,6 @@ pub fn cuda_available() -> bool {
     use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
     use burn_lowp_kernels::cubecl::Runtime;
     // SAFETY: only checks whether the driver library can be loaded.
-    unsafe { cudarc::driver::sys::is_culib_present() }
-    &&!CudaRuntime::enumerate_all_devices(&()).is_empty()
+    let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+    driver && !CudaRuntime::enumerate_all_devices(&()).is_empty()
 }

@@ -1,0 +1,20 @@
+//! Buffer utilities: fill (zeroing scale padding and amax accumulators) and a plain vectorized
+//! copy, the bandwidth yardstick the benchmarks compare quantize kernels against.
+
+use cubecl::prelude::*;
+
+/// Fills a u32 buffer with `value`.
+#[cube(launch_unchecked)]
+pub fn fill_kernel(out: &mut Array<u32>, value: u32) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = value;
+    }
+}
+
+/// Copies 16-byte vectors.
+#[cube(launch_unchecked)]
+pub fn copy_kernel<N: Size>(input: &Array<Vector<u32, N>>, out: &mut Array<Vector<u32, N>>) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = input[ABSOLUTE_POS];
+    }
+}
