@@ -61,6 +61,11 @@ impl Fp8Kind {
         }
     }
 
+    /// f32 bits of the smallest normal, 2^(1 - bias).
+    pub fn min_normal_bits(self) -> u32 {
+        (128 - self.bias()) << 23
+    }
+
     pub fn max_bits(self) -> u32 {
         match self {
             Fp8Kind::E4M3 => 0x43E0_0000, // 448
@@ -78,7 +83,7 @@ pub fn f16_bits_to_f32(h: u32) -> f32 {
     let mut bits = sign | 0x7F80_0000u32 | (mantissa << 13u32); // Inf / NaN
     if exponent == 0u32 {
         // mantissa * 2^-24: a small integer times a power of two, exact and normal in f32.
-        let magnitude = f32::cast_from(mantissa) * f32::reinterpret(0x3380_0000u32);
+        let magnitude = f32::cast_from(mantissa) * 5.9604645e-8f32; // 2^-24
         bits = sign | u32::reinterpret(magnitude);
     } else if exponent < 31u32 {
         bits = sign | ((exponent + 112u32) << 23u32) | (mantissa << 13u32);
@@ -195,40 +200,60 @@ pub fn encode_magnitude(
 }
 
 /// FP8 encode: round to nearest even, saturate to the largest finite value, NaN -> 0x7F.
+///
+/// Branch-free, since it runs once per element. Normal results round on the bit pattern
+/// (`(abs + half - 1 + lsb) >> shift`, a carry bumping the exponent); subnormal results count
+/// quanta of 2^(emin - m) by shifting the significand with round-to-nearest-even. Integer
+/// arithmetic throughout: CubeCL's optimizer may fold a float `(a + c) - c` rounding trick.
 #[cube]
 pub fn encode_fp8(x: f32, #[comptime] kind: Fp8Kind) -> u32 {
     let bits = u32::reinterpret(x);
     let abs = bits & 0x7FFF_FFFFu32;
     let sign = (bits >> 24u32) & 0x80u32;
-    let mantissa_bits = comptime![kind.mantissa_bits()];
-    let bias = comptime![kind.bias()];
-    let max_code = comptime![kind.max_code()];
-    let mut code = 0x7Fu32;
-    if abs <= 0x7F80_0000u32 {
-        if abs >= comptime![kind.max_bits()] {
-            code = max_code | sign;
-        } else {
-            code = encode_magnitude(abs, mantissa_bits, bias, max_code) | sign;
-        }
-    }
-    code
+    let shift = comptime![23 - kind.mantissa_bits()];
+    let lsb = (abs >> shift) & 1u32;
+    let normal = ((abs + comptime![(1u32 << (22 - kind.mantissa_bits())) - 1] + lsb) >> shift)
+        - comptime![(127 - kind.bias()) << kind.mantissa_bits()];
+    let subnormal = subnormal_quanta(abs, comptime![151 - kind.bias() - kind.mantissa_bits()]);
+    let magnitude = select(abs < comptime![kind.min_normal_bits()], subnormal, normal);
+    let magnitude = select(
+        abs >= comptime![kind.max_bits()],
+        comptime![kind.max_code()],
+        magnitude,
+    );
+    select(abs > 0x7F80_0000u32, 0x7Fu32, magnitude | sign)
 }
 
-/// E2M1 encode (TE's `cast_to_fp4x2`): nearest even, saturating at 6; the sign code only for
-/// values `< 0` (so -0 is +0) and NaN gives 0.
+/// Round-to-nearest-even count of target quanta in `|x|` (bits `abs`) below the target's smallest
+/// normal: the significand shifted right by `shift_base - exponent` (clamped to 1..31, which only
+/// matters for inputs the caller does not select).
+#[cube]
+fn subnormal_quanta(abs: u32, #[comptime] shift_base: u32) -> u32 {
+    let exponent = abs >> 23u32;
+    let significand = (abs & 0x7F_FFFFu32) | select(exponent != 0u32, 0x80_0000u32, 0u32);
+    let e = select(exponent == 0u32, 1u32, exponent);
+    let shift = clamp(select(e > shift_base, 31u32, shift_base - e), 1u32, 31u32);
+    let quotient = significand >> shift;
+    let remainder = significand & ((1u32 << shift) - 1u32);
+    let half = 1u32 << (shift - 1u32);
+    let round_up = remainder > half || (remainder == half && (quotient & 1u32) == 1u32);
+    quotient + u32::cast_from(round_up)
+}
+
+/// E2M1 encode (TE's `cast_to_fp4x2`): the reference's interval thresholds, nearest even,
+/// saturating at 6; the sign code only for values `< 0` (so -0 is +0); NaN fails every
+/// comparison and gives 0.
 #[cube]
 pub fn encode_e2m1(x: f32) -> u32 {
-    let bits = u32::reinterpret(x);
-    let abs = bits & 0x7FFF_FFFFu32;
-    let mut code = 0u32;
-    if abs <= 0x7F80_0000u32 {
-        let mut magnitude = 7u32;
-        if abs < 0x40C0_0000u32 {
-            magnitude = encode_magnitude(abs, 1u32, 1u32, 7u32);
-        }
-        code = magnitude | select(x < 0.0f32, 8u32, 0u32);
-    }
-    code
+    let a = f32::reinterpret(u32::reinterpret(x) & 0x7FFF_FFFFu32);
+    let magnitude = u32::cast_from(a > 0.25f32)
+        + u32::cast_from(a >= 0.75f32)
+        + u32::cast_from(a > 1.25f32)
+        + u32::cast_from(a >= 1.75f32)
+        + u32::cast_from(a > 2.5f32)
+        + u32::cast_from(a >= 3.5f32)
+        + u32::cast_from(a > 5.0f32);
+    magnitude | select(x < 0.0f32, 8u32, 0u32)
 }
 
 /// FP8 decode to the exact f32 value.
@@ -245,8 +270,8 @@ pub fn decode_fp8(code: u32, #[comptime] kind: Fp8Kind) -> f32 {
                 // NaN: keep the initial quiet NaN.
             } else if exponent == 0u32 {
                 // mantissa * 2^-9
-                bits = sign
-                    | u32::reinterpret(f32::cast_from(mantissa) * f32::reinterpret(0x3B00_0000u32));
+                bits = sign | u32::reinterpret(f32::cast_from(mantissa) * 0.001953125f32);
+            // 2^-9
             } else {
                 bits = sign | ((exponent + 120u32) << 23u32) | (mantissa << 20u32);
             }
@@ -258,8 +283,8 @@ pub fn decode_fp8(code: u32, #[comptime] kind: Fp8Kind) -> f32 {
                 bits = select(mantissa == 0u32, sign | 0x7F80_0000u32, 0x7FC0_0000u32);
             } else if exponent == 0u32 {
                 // mantissa * 2^-16
-                bits = sign
-                    | u32::reinterpret(f32::cast_from(mantissa) * f32::reinterpret(0x3780_0000u32));
+                bits = sign | u32::reinterpret(f32::cast_from(mantissa) * 1.5258789e-5f32);
+            // 2^-16
             } else {
                 bits = sign | ((exponent + 112u32) << 23u32) | (mantissa << 21u32);
             }

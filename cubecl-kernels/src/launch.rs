@@ -12,7 +12,7 @@ use crate::flags;
 use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
 use crate::mxfp8::{mxfp8_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS};
-use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE_COLS, NV_TILE_ROWS, NV_UNITS};
+use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE, NV_UNITS};
 use crate::scale::ScaleRule;
 use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
 
@@ -212,20 +212,18 @@ pub fn amax_with_rht<R: Runtime>(
     x.require_blocks(16, 8, "amax with RHT")?;
     let rowwise = filled(client, 1, 0);
     let rht = filled(client, 1, 0);
-    let tiles = (x.rows / 16) * (x.cols / 8);
+    let pieces = (x.rows / 16) * (x.cols / 2);
     unsafe {
         amax_rht_kernel::launch_unchecked::<R>(
             client,
-            CubeCount::new_1d(stride_cubes(client, tiles, AMAX_UNITS)),
+            CubeCount::new_1d(stride_cubes(client, pieces, AMAX_UNITS)),
             CubeDim::new_1d(AMAX_UNITS as u32),
-            INPUT_VECTOR,
-            x.arg(),
+            arg(x.handle, x.words()),
             arg(&rowwise, 1),
             arg(&rht, 1),
             x.rows,
             x.cols,
             x.kind,
-            unroll(client),
         )
     };
     Ok((rowwise, rht))
@@ -547,14 +545,13 @@ pub fn quantize_nvfp4<R: Runtime>(
         kind: x.kind,
         block_2d: options.block_2d,
         rht: options.rht,
-        unroll: unroll(client),
     };
     unsafe {
         nvfp4_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(
-                ceil_div(x.cols, NV_TILE_COLS) as u32,
-                ceil_div(x.rows, NV_TILE_ROWS) as u32,
+                ceil_div(x.cols, NV_TILE) as u32,
+                ceil_div(x.rows, NV_TILE) as u32,
                 1,
             ),
             CubeDim::new_1d(NV_UNITS as u32),

@@ -10,6 +10,9 @@
 //! every input dtype exactly, bf16 included. Codes are written packed into u32 words (the bytes in
 //! memory are the row-major code bytes), block scales as bytes (MXFP8/NVFP4, needs 8-bit storage)
 //! or f32 (FP8).
+//!
+//! Constants are float literals, never bit patterns passed through `f32::reinterpret`: CubeCL's
+//! CUDA backend cannot bitcast a constant (it emits a `reinterpret_cast` of an rvalue).
 
 pub mod amax;
 pub mod buffers;

@@ -65,7 +65,7 @@ pub fn mxfp8_kernel<N: Size>(
     let row0 = tile_row * MX_TILE_ROWS + local_row0;
     let col0 = tile_col0 + strip * 8;
     let active = col0 < cols;
-    let reciprocal_max = f32::reinterpret(comptime![config.reciprocal_max_bits]);
+    let reciprocal_max = f32::new(comptime![f32::from_bits(config.reciprocal_max_bits)]);
     let row_scale_cols = (cols / 32 + 3) / 4 * 4;
     let col_scale_cols = (cols + 127) / 128 * 128;
     let col_scale_rows = (rows / 32 + 3) / 4 * 4;

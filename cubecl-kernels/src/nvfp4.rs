@@ -3,9 +3,9 @@
 //! transform on the columnwise copy and stochastic rounding. The global amaxes come from the amax
 //! pass (`amax.rs`). Host reference: `burn_lowp::format::nvfp4`.
 //!
-//! Tiling: a cube of 64 units covers 64 rows x 128 columns; each unit owns 16 rows x 8 columns,
-//! i.e. one columnwise block (and its RHT) for each of its 8 columns and half a rowwise block for
-//! each row (the other half belongs to the neighbouring unit, paired through shared memory).
+//! Tiling: a cube of 256 units stages a 64 x 64 tile in shared memory; then every unit quantizes
+//! one rowwise block (16 columns of a row) and one columnwise block (16 rows of a column, where
+//! the RHT runs), each from 16 registers.
 
 use crate::codec::{abs_bits_for_amax, encode_e2m1, load_chunk, ElemKind};
 use crate::flags::{COLUMNWISE, ROWWISE, STOCHASTIC, SWIZZLED};
@@ -15,20 +15,19 @@ use crate::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_s
 use crate::swizzle::scale_index;
 use cubecl::prelude::*;
 
-pub const NV_ROWS_PER_UNIT: usize = 16;
-pub const NV_ROW_GROUPS: usize = 4;
-pub const NV_STRIPS: usize = 16;
-pub const NV_UNITS: usize = NV_ROW_GROUPS * NV_STRIPS;
-pub const NV_TILE_ROWS: usize = NV_ROWS_PER_UNIT * NV_ROW_GROUPS;
-pub const NV_TILE_COLS: usize = 8 * NV_STRIPS;
+/// A cube stages a 64 x 64 tile in shared memory.
+pub const NV_TILE: usize = 64;
+pub const NV_UNITS: usize = 256;
+/// Shared-memory row stride (one padding column keeps column reads conflict-free).
+const NV_STRIDE: usize = NV_TILE + 1;
+/// 16-element blocks along one tile side.
+const NV_BLOCKS: usize = NV_TILE / 16;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Nvfp4KernelConfig {
     pub kind: ElemKind,
     pub block_2d: bool,
     pub rht: bool,
-    /// Fully unroll the per-row / per-column loops (fast code; slow to compile on lavapipe).
-    pub unroll: bool,
 }
 
 /// The E2M1 code of `v`, rounded to nearest even or stochastically with 8 random bits.
@@ -58,6 +57,48 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u32 {
     code
 }
 
+/// Encodes 16 values `v[0..16]` with multiplier `enc` into two words of packed E2M1 codes;
+/// element `i`'s random bits come from `key` and index `first_index + i`.
+#[cube]
+fn encode_block16(
+    v: &Array<f32>,
+    enc: f32,
+    stochastic: bool,
+    key: u32,
+    first_index: u32,
+) -> (u32, u32) {
+    let mut low = 0u32;
+    let mut high = 0u32;
+    #[unroll]
+    for i in 0..16usize {
+        let mut random = 0u32;
+        if stochastic {
+            random = random_byte(key, first_index + comptime![i as u32]);
+        }
+        let code = round_e2m1(v[i] * enc, random, stochastic);
+        if comptime![i < 8] {
+            low |= code << comptime![4 * i as u32];
+        } else {
+            high |= code << comptime![4 * (i - 8) as u32];
+        }
+    }
+    (low, high)
+}
+
+#[cube]
+fn block_amax16(v: &Array<f32>) -> u32 {
+    let mut m = 0u32;
+    #[unroll]
+    for i in 0..16usize {
+        let a = abs_bits_for_amax(v[i]);
+        m = select(a > m, a, m);
+    }
+    m
+}
+
+/// One cube per 64 x 64 tile: (1) 256 units load it into shared memory, (2) each unit takes one
+/// rowwise block (a row's 16 columns) and (3) one columnwise block (a column's 16 rows, RHT'd),
+/// computing amax, E4M3 scale and codes from registers.
 #[cube(launch_unchecked)]
 pub fn nvfp4_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
@@ -77,136 +118,122 @@ pub fn nvfp4_kernel<N: Size>(
     let stochastic = (flags & STOCHASTIC) != 0u32;
     let swizzled = (flags & SWIZZLED) != 0u32;
     let unit = UNIT_POS as usize;
-    let group = unit % NV_ROW_GROUPS;
-    let strip = unit / NV_ROW_GROUPS;
-    let local_row0 = group * NV_ROWS_PER_UNIT;
-    let row0 = CUBE_POS_Y as usize * NV_TILE_ROWS + local_row0;
-    let col0 = CUBE_POS_X as usize * NV_TILE_COLS + strip * 8;
-    let active = row0 < rows && col0 < cols;
+    let tile_row0 = CUBE_POS_Y as usize * NV_TILE;
+    let tile_col0 = CUBE_POS_X as usize * NV_TILE;
 
-    let mut values = Array::<f32>::new(128usize);
-    if active {
-        #[unroll(config.unroll)]
+    // (1) Load: unit u covers row u / 4, columns 16 * (u % 4) .. + 16.
+    let mut tile = SharedMemory::<f32>::new(NV_TILE * NV_STRIDE);
+    let mut v = Array::<f32>::new(16usize);
+    {
+        let r = unit / NV_BLOCKS;
+        let c = (unit % NV_BLOCKS) * 16;
+        let in_bounds = tile_row0 + r < rows && tile_col0 + c < cols;
+        if in_bounds {
+            let start = (tile_row0 + r) * cols + tile_col0 + c;
+            load_chunk::<N>(input, start, &mut v, 0usize, config.kind);
+            load_chunk::<N>(input, start + 8, &mut v, 8usize, config.kind);
+        }
+        #[unroll]
         for i in 0..16usize {
-            load_chunk::<N>(
-                input,
-                (row0 + i) * cols + col0,
-                &mut values,
-                i * 8,
-                config.kind,
-            );
+            tile[r * NV_STRIDE + c + i] = select(in_bounds, v[i], 0.0f32);
         }
-    } else {
-        #[unroll]
-        for i in 0..128usize {
-            values[i] = 0.0f32;
-        }
-    }
-
-    // Row maxima over this unit's 8 columns, paired with the neighbouring strip's through shared
-    // memory into 16-column block maxima.
-    let mut row_partial = SharedMemory::<u32>::new(NV_TILE_ROWS * NV_STRIPS);
-    let mut row_amax = Array::<u32>::new(16usize);
-    #[unroll(config.unroll)]
-    for i in 0..16usize {
-        let mut m = 0u32;
-        #[unroll]
-        for j in 0..8usize {
-            let a = abs_bits_for_amax(values[i * 8 + j]);
-            m = select(a > m, a, m);
-        }
-        row_partial[(local_row0 + i) * NV_STRIPS + strip] = m;
     }
     sync_cube();
-    let pair = strip - strip % 2;
-    let mut tile_amax = 0u32;
-    #[unroll(config.unroll)]
+
+    // Rowwise block of this unit: row r, columns 16 b .. + 16; its amax feeds the 2D tiles too.
+    let r = unit / NV_BLOCKS;
+    let b = unit % NV_BLOCKS;
+    let row_ok = tile_row0 + r < rows && tile_col0 + b * 16 < cols;
+    #[unroll]
     for i in 0..16usize {
-        let a = row_partial[(local_row0 + i) * NV_STRIPS + pair];
-        let b = row_partial[(local_row0 + i) * NV_STRIPS + pair + 1];
-        let m = select(a > b, a, b);
-        row_amax[i] = m;
-        tile_amax = select(m > tile_amax, m, tile_amax);
+        v[i] = tile[r * NV_STRIDE + b * 16 + i];
+    }
+    let row_block_amax = block_amax16(&v);
+    let mut tile_amax = SharedMemory::<u32>::new(NV_BLOCKS * NV_BLOCKS);
+    if comptime![config.block_2d] {
+        let mut row_amax = SharedMemory::<u32>::new(NV_TILE * NV_BLOCKS);
+        row_amax[unit] = row_block_amax;
+        sync_cube();
+        if unit < NV_BLOCKS * NV_BLOCKS {
+            // 16x16 tile (i, j) = max over its 16 rows of block j.
+            let ti = unit / NV_BLOCKS;
+            let tj = unit % NV_BLOCKS;
+            let mut m = 0u32;
+            for k in 0..16usize {
+                let a = row_amax[(ti * 16 + k) * NV_BLOCKS + tj];
+                m = select(a > m, a, m);
+            }
+            tile_amax[unit] = m;
+        }
+        sync_cube();
     }
 
-    if active {
+    // (2) Rowwise codes [M, K/2] and scales.
+    if (flags & ROWWISE) != 0u32 && row_ok {
+        let row = tile_row0 + r;
+        let col0 = tile_col0 + b * 16;
+        let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[0]));
+        let s_dec = 1.0f32 / s_enc;
+        let multiplier = s_enc * 0.16666667f32; // S_enc * (1/6)
+        let amax = if comptime![config.block_2d] {
+            tile_amax[(r / 16) * NV_BLOCKS + b]
+        } else {
+            row_block_amax
+        };
+        let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
         let row_scale_cols = (cols / 16 + 3) / 4 * 4;
-        let col_scale_cols = (rows / 16 + 3) / 4 * 4;
-        if (flags & ROWWISE) != 0u32 {
-            let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[0]));
-            let s_dec = 1.0f32 / s_enc;
-            let multiplier = s_enc * f32::reinterpret(0x3E2A_AAABu32); // * (1/6)
-            #[unroll(config.unroll)]
+        rowwise_scales[scale_index(row, col0 / 16, row_scale_cols, swizzled)] = u8::cast_from(byte);
+        let enc = nvfp4_element_scale(byte, s_dec);
+        let (low, high) = encode_block16(
+            &v,
+            enc,
+            stochastic,
+            rowwise_key,
+            u32::cast_from(row * cols + col0),
+        );
+        let word = (row * cols + col0) / 8;
+        rowwise[word] = low;
+        rowwise[word + 1] = high;
+    }
+
+    // (3) Columnwise codes [K, M/2]: unit takes column u / 4, rows 16 (u % 4) .. + 16, so four
+    // neighbouring units write one contiguous 32-byte run of a transposed row.
+    if (flags & COLUMNWISE) != 0u32 {
+        let c = unit / NV_BLOCKS;
+        let j = unit % NV_BLOCKS;
+        let col = tile_col0 + c;
+        let row0 = tile_row0 + j * 16;
+        if col < cols && row0 < rows {
+            #[unroll]
             for i in 0..16usize {
-                let row = row0 + i;
-                let block_amax = if comptime![config.block_2d] {
-                    tile_amax
-                } else {
-                    row_amax[i]
-                };
-                let byte = nvfp4_block_scale(f32::reinterpret(block_amax), multiplier);
-                if strip % 2 == 0 {
-                    rowwise_scales[scale_index(row, col0 / 16, row_scale_cols, swizzled)] =
-                        u8::cast_from(byte);
-                }
-                let enc = nvfp4_element_scale(byte, s_dec);
-                let mut word = 0u32;
-                #[unroll]
-                for j in 0..8usize {
-                    let index = row * cols + col0 + j;
-                    let mut random = 0u32;
-                    if stochastic {
-                        random = random_byte(rowwise_key, u32::cast_from(index));
-                    }
-                    word |= round_e2m1(values[i * 8 + j] * enc, random, stochastic)
-                        << comptime![4 * j as u32];
-                }
-                rowwise[(row * cols + col0) / 8] = word;
+                v[i] = tile[(j * 16 + i) * NV_STRIDE + c];
             }
-        }
-        if (flags & COLUMNWISE) != 0u32 {
             if comptime![config.rht] {
-                #[unroll(config.unroll)]
-                for j in 0..8usize {
-                    rht16(&mut values, j, 8usize, config.kind);
-                }
+                rht16(&mut v, 0usize, 1usize, config.kind);
             }
             let s_enc = nvfp4_global_encode_scale(f32::reinterpret(columnwise_amax[0]));
             let s_dec = 1.0f32 / s_enc;
-            let multiplier = s_enc * f32::reinterpret(0x3E2A_AAABu32);
-            #[unroll(config.unroll)]
-            for j in 0..8usize {
-                let col = col0 + j;
-                let mut block_amax = tile_amax;
-                if comptime![!config.block_2d] {
-                    block_amax = 0u32;
-                    #[unroll(config.unroll)]
-                    for i in 0..16usize {
-                        let a = abs_bits_for_amax(values[i * 8 + j]);
-                        block_amax = select(a > block_amax, a, block_amax);
-                    }
-                }
-                let byte = nvfp4_block_scale(f32::reinterpret(block_amax), multiplier);
-                columnwise_scales[scale_index(col, row0 / 16, col_scale_cols, swizzled)] =
-                    u8::cast_from(byte);
-                let enc = nvfp4_element_scale(byte, s_dec);
-                #[unroll]
-                for half in 0..2usize {
-                    let mut word = 0u32;
-                    #[unroll]
-                    for k in 0..8usize {
-                        let i = comptime![half * 8 + k];
-                        let index = col * rows + row0 + i;
-                        let mut random = 0u32;
-                        if stochastic {
-                            random = random_byte(columnwise_key, u32::cast_from(index));
-                        }
-                        word |= round_e2m1(values[i * 8 + j] * enc, random, stochastic)
-                            << comptime![4 * k as u32];
-                    }
-                    columnwise[(col * rows + row0) / 8 + half] = word;
-                }
-            }
+            let multiplier = s_enc * 0.16666667f32;
+            let amax = if comptime![config.block_2d] {
+                tile_amax[j * NV_BLOCKS + c / 16]
+            } else {
+                block_amax16(&v)
+            };
+            let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
+            let col_scale_cols = (rows / 16 + 3) / 4 * 4;
+            columnwise_scales[scale_index(col, row0 / 16, col_scale_cols, swizzled)] =
+                u8::cast_from(byte);
+            let enc = nvfp4_element_scale(byte, s_dec);
+            let (low, high) = encode_block16(
+                &v,
+                enc,
+                stochastic,
+                columnwise_key,
+                u32::cast_from(col * rows + row0),
+            );
+            let word = (col * rows + row0) / 8;
+            columnwise[word] = low;
+            columnwise[word + 1] = high;
         }
     }
 }

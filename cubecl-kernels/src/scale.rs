@@ -28,9 +28,9 @@ pub fn scale_from_amax(amax: f32, #[comptime] rule: ScaleRule) -> f32 {
     }
     let mut scale = 1.0f32;
     if a != 0u32 && a < 0x7F80_0000u32 {
-        scale = f32::reinterpret(comptime![rule.fp8.max_bits()]) / f32::reinterpret(a);
+        scale = f32::new(comptime![f32::from_bits(rule.fp8.max_bits())]) / f32::reinterpret(a);
         if u32::reinterpret(scale) == 0x7F80_0000u32 {
-            scale = f32::reinterpret(comptime![rule.value_for_inf_bits]);
+            scale = f32::new(comptime![f32::from_bits(rule.value_for_inf_bits)]);
         }
         if comptime![rule.pow2] {
             scale = f32::reinterpret(u32::reinterpret(scale) & 0xFF80_0000u32);
@@ -45,11 +45,7 @@ pub fn nvfp4_global_encode_scale(amax: f32) -> f32 {
     let mut s = 1.0f32;
     if (u32::reinterpret(amax) & 0x7FFF_FFFFu32) != 0u32 {
         let q = 2688.0f32 / amax;
-        let q = select(
-            u32::reinterpret(q) >= 0x7F80_0000u32,
-            f32::reinterpret(0x7F7F_FFFFu32),
-            q,
-        );
+        let q = select(u32::reinterpret(q) >= 0x7F80_0000u32, 3.4028235e38f32, q);
         if u32::reinterpret(q) != 0u32 {
             s = q;
         }
@@ -69,9 +65,5 @@ pub fn nvfp4_block_scale(block_amax: f32, multiplier: f32) -> u32 {
 #[cube]
 pub fn nvfp4_element_scale(scale_byte: u32, s_dec: f32) -> f32 {
     let e = 1.0f32 / (decode_fp8(scale_byte, Fp8Kind::E4M3) * s_dec);
-    select(
-        u32::reinterpret(e) >= 0x7F80_0000u32,
-        f32::reinterpret(0x7F7F_FFFFu32),
-        e,
-    )
+    select(u32::reinterpret(e) >= 0x7F80_0000u32, 3.4028235e38f32, e)
 }
