@@ -201,27 +201,31 @@ pub fn encode_magnitude(
 
 /// FP8 encode: round to nearest even, saturate to the largest finite value, NaN -> 0x7F.
 ///
-/// Branch-free, since it runs once per element. Normal results round on the bit pattern
-/// (`(abs + half - 1 + lsb) >> shift`, a carry bumping the exponent); subnormal results count
-/// quanta of 2^(emin - m) by shifting the significand with round-to-nearest-even. Integer
+/// This runs once per element and integer throughput bounds the kernels, so the common case is a
+/// handful of integer ops: normal results round on the bit pattern (`(abs + half - 1 + lsb) >>
+/// shift`, a carry bumping the exponent), and a `min` saturates (anything at or above the largest
+/// finite value, infinity included, lands on or past its code). Results below the smallest normal
+/// take a (rarely entered) branch that shifts the significand with round-to-nearest-even. Integer
 /// arithmetic throughout: CubeCL's optimizer may fold a float `(a + c) - c` rounding trick.
 #[cube]
 pub fn encode_fp8(x: f32, #[comptime] kind: Fp8Kind) -> u32 {
     let bits = u32::reinterpret(x);
     let abs = bits & 0x7FFF_FFFFu32;
-    let sign = (bits >> 24u32) & 0x80u32;
     let shift = comptime![23 - kind.mantissa_bits()];
     let lsb = (abs >> shift) & 1u32;
-    let normal = ((abs + comptime![(1u32 << (22 - kind.mantissa_bits())) - 1] + lsb) >> shift)
-        - comptime![(127 - kind.bias()) << kind.mantissa_bits()];
-    let subnormal = subnormal_quanta(abs, comptime![151 - kind.bias() - kind.mantissa_bits()]);
-    let magnitude = select(abs < comptime![kind.min_normal_bits()], subnormal, normal);
-    let magnitude = select(
-        abs >= comptime![kind.max_bits()],
+    let rounded = (abs + comptime![(1u32 << (22 - kind.mantissa_bits())) - 1] + lsb) >> shift;
+    let mut magnitude = min(
+        rounded - comptime![(127 - kind.bias()) << kind.mantissa_bits()],
         comptime![kind.max_code()],
-        magnitude,
     );
-    select(abs > 0x7F80_0000u32, 0x7Fu32, magnitude | sign)
+    if abs < comptime![kind.min_normal_bits()] {
+        magnitude = subnormal_quanta(abs, comptime![151 - kind.bias() - kind.mantissa_bits()]);
+    }
+    select(
+        abs > 0x7F80_0000u32,
+        0x7Fu32,
+        magnitude | ((bits >> 24u32) & 0x80u32),
+    )
 }
 
 /// Round-to-nearest-even count of target quanta in `|x|` (bits `abs`) below the target's smallest
@@ -240,20 +244,23 @@ fn subnormal_quanta(abs: u32, #[comptime] shift_base: u32) -> u32 {
     quotient + u32::cast_from(round_up)
 }
 
-/// E2M1 encode (TE's `cast_to_fp4x2`): the reference's interval thresholds, nearest even,
-/// saturating at 6; the sign code only for values `< 0` (so -0 is +0); NaN fails every
-/// comparison and gives 0.
+/// E2M1 encode, equal to TE's `cast_to_fp4x2` intervals: nearest even, saturating at 6; the sign
+/// code only for values `< 0` (so -0 is +0); NaN gives 0. From 1 up, the bit-pattern rounding of
+/// `encode_fp8` with one mantissa bit; below 1, the two thresholds 0.25 and 0.75 (ties to even).
 #[cube]
 pub fn encode_e2m1(x: f32) -> u32 {
-    let a = f32::reinterpret(u32::reinterpret(x) & 0x7FFF_FFFFu32);
-    let magnitude = u32::cast_from(a > 0.25f32)
-        + u32::cast_from(a >= 0.75f32)
-        + u32::cast_from(a > 1.25f32)
-        + u32::cast_from(a >= 1.75f32)
-        + u32::cast_from(a > 2.5f32)
-        + u32::cast_from(a >= 3.5f32)
-        + u32::cast_from(a > 5.0f32);
-    magnitude | select(x < 0.0f32, 8u32, 0u32)
+    let bits = u32::reinterpret(x);
+    let abs = bits & 0x7FFF_FFFFu32;
+    let a = f32::reinterpret(abs);
+    let lsb = (abs >> 22u32) & 1u32;
+    let normal = min(((abs + 0x1F_FFFFu32 + lsb) >> 22u32) - 252u32, 7u32);
+    let small = u32::cast_from(a > 0.25f32) + u32::cast_from(a >= 0.75f32);
+    let magnitude = select(abs < 0x3F80_0000u32, small, normal);
+    select(
+        abs > 0x7F80_0000u32,
+        0u32,
+        magnitude | select(x < 0.0f32, 8u32, 0u32),
+    )
 }
 
 /// FP8 decode to the exact f32 value.

@@ -78,7 +78,8 @@ pub fn fp8_block_kernel<N: Size>(
             m = select(a > m, a, m);
             col_max[j] = select(a > col_max[j], a, col_max[j]);
         }
-        row_partial[(local_row0 + i) * BLOCK_STRIPS + strip] = m;
+        // [strip][row]: the row reducers below read consecutive words.
+        row_partial[strip * BLOCK_TILE + local_row0 + i] = m;
     }
     #[unroll]
     for j in 0..8usize {
@@ -90,14 +91,16 @@ pub fn fp8_block_kernel<N: Size>(
     let mut col_amax = SharedMemory::<u32>::new(BLOCK_TILE);
     if unit < BLOCK_TILE {
         let mut m = 0u32;
+        #[unroll]
         for s in 0..BLOCK_STRIPS {
-            let p = row_partial[unit * BLOCK_STRIPS + s];
+            let p = row_partial[s * BLOCK_TILE + unit];
             m = select(p > m, p, m);
         }
         row_amax[unit] = m;
     } else if unit < 2 * BLOCK_TILE {
         let c = unit - BLOCK_TILE;
         let mut m = 0u32;
+        #[unroll]
         for g in 0..BLOCK_ROW_GROUPS {
             let p = col_partial[g * BLOCK_TILE + c];
             m = select(p > m, p, m);
@@ -106,12 +109,24 @@ pub fn fp8_block_kernel<N: Size>(
     }
     sync_cube();
 
-    let mut tile_amax = SharedMemory::<u32>::new(1usize);
+    let mut tile_amax = SharedMemory::<u32>::new(17usize);
     if comptime![config.block_2d] {
+        // Two steps: 16 units fold 8 row maxima each, then one unit folds the 16.
+        if unit < 16 {
+            let mut m = 0u32;
+            #[unroll]
+            for k in 0..8usize {
+                let p = row_amax[unit * 8 + k];
+                m = select(p > m, p, m);
+            }
+            tile_amax[1 + unit] = m;
+        }
+        sync_cube();
         if unit == 0 {
             let mut m = 0u32;
-            for r in 0..BLOCK_TILE {
-                let p = row_amax[r];
+            #[unroll]
+            for k in 0..16usize {
+                let p = tile_amax[1 + k];
                 m = select(p > m, p, m);
             }
             tile_amax[0] = m;

@@ -96,6 +96,8 @@ pub fn mxfp8_kernel<N: Size>(
             values[i] = 0.0f32;
         }
     }
+    // Partials are laid out [strip][row] and [group][column] so that the reducing units below read
+    // consecutive words (no shared-memory bank conflicts).
     #[unroll]
     for i in 0..4usize {
         let mut m = 0u32;
@@ -105,34 +107,39 @@ pub fn mxfp8_kernel<N: Size>(
             m = select(a > m, a, m);
             col_max[j] = select(a > col_max[j], a, col_max[j]);
         }
-        row_partial[(local_row0 + i) * MX_STRIPS + strip] = m;
+        row_partial[strip * MX_TILE_ROWS + local_row0 + i] = m;
     }
-    #[unroll]
-    for j in 0..8usize {
-        col_partial[group * MX_TILE_COLS + strip * 8 + j] = col_max[j];
+    if columnwise_on || comptime![config.block_2d] {
+        #[unroll]
+        for j in 0..8usize {
+            col_partial[group * MX_TILE_COLS + strip * 8 + j] = col_max[j];
+        }
     }
     sync_cube();
 
     // 2. One unit per (row, 32-column block) and one per column reduce the partials.
     let mut row_block = SharedMemory::<u32>::new(MX_TILE_ROWS * MX_TILE_KBLOCKS);
     let mut col_block = SharedMemory::<u32>::new(MX_TILE_COLS);
+    // Unit u reduces row u % 32 of 32-column block u / 32 (row_block is [kblock][row]) and column u.
     {
-        let r = unit / MX_TILE_KBLOCKS;
-        let kb = unit % MX_TILE_KBLOCKS;
+        let r = unit % MX_TILE_ROWS;
+        let kb = unit / MX_TILE_ROWS;
         let mut m = 0u32;
         #[unroll]
         for s in 0..4usize {
-            let p = row_partial[r * MX_STRIPS + kb * 4 + s];
+            let p = row_partial[(kb * 4 + s) * MX_TILE_ROWS + r];
             m = select(p > m, p, m);
         }
         row_block[unit] = m;
-        let mut c = 0u32;
-        #[unroll]
-        for g in 0..8usize {
-            let p = col_partial[g * MX_TILE_COLS + unit];
-            c = select(p > c, p, c);
+        if columnwise_on || comptime![config.block_2d] {
+            let mut c = 0u32;
+            #[unroll]
+            for g in 0..8usize {
+                let p = col_partial[g * MX_TILE_COLS + unit];
+                c = select(p > c, p, c);
+            }
+            col_block[unit] = c;
         }
-        col_block[unit] = c;
     }
     sync_cube();
 
@@ -141,6 +148,7 @@ pub fn mxfp8_kernel<N: Size>(
     if comptime![config.block_2d] {
         if unit < MX_TILE_KBLOCKS {
             let mut m = 0u32;
+            #[unroll]
             for c in 0..32usize {
                 let p = col_block[unit * 32 + c];
                 m = select(p > m, p, m);
@@ -152,8 +160,8 @@ pub fn mxfp8_kernel<N: Size>(
 
     // 3. Scales: the reducing unit of each block writes its byte.
     {
-        let r = unit / MX_TILE_KBLOCKS;
-        let kb = unit % MX_TILE_KBLOCKS;
+        let r = unit % MX_TILE_ROWS;
+        let kb = unit / MX_TILE_ROWS;
         let global_kb = tile_col0 / 32 + kb;
         if rowwise_on && global_kb < cols / 32 {
             let amax = if comptime![config.block_2d] {
@@ -193,7 +201,7 @@ pub fn mxfp8_kernel<N: Size>(
                 let amax = if comptime![config.block_2d] {
                     tile_block[kb]
                 } else {
-                    row_block[(local_row0 + i) * MX_TILE_KBLOCKS + kb]
+                    row_block[kb * MX_TILE_ROWS + local_row0 + i]
                 };
                 let multiplier =
                     e8m0_reciprocal(float_to_e8m0(f32::reinterpret(amax) * reciprocal_max));
