@@ -42,8 +42,10 @@ pub fn fp8_block_kernel<N: Size>(
     let rowwise_on = (flags & ROWWISE) != 0u32;
     let columnwise_on = (flags & COLUMNWISE) != 0u32;
     let unit = UNIT_POS as usize;
-    let group = unit % BLOCK_ROW_GROUPS;
-    let strip = unit / BLOCK_ROW_GROUPS;
+    // Row groups vary fastest within a warp when the transposed columnwise copy is written (its
+    // stores along M then coalesce); strips vary fastest for rowwise only (stores along K do).
+    let group = select(columnwise_on, unit % BLOCK_ROW_GROUPS, unit / BLOCK_STRIPS);
+    let strip = select(columnwise_on, unit / BLOCK_ROW_GROUPS, unit % BLOCK_STRIPS);
     let tile_row = CUBE_POS_Y as usize;
     let tile_col = CUBE_POS_X as usize;
     let local_row0 = group * BLOCK_ROWS_PER_UNIT;

@@ -105,7 +105,7 @@ pub fn mxfp8_kernel<N: Size>(
         for j in 0..8usize {
             let a = abs_bits_for_amax(values[i * 8 + j]);
             m = select(a > m, a, m);
-            col_max[j] = select(a > col_max[j], a, col_max[j]);
+            col_max[j] = max(a, col_max[j]);
         }
         row_partial[strip * MX_TILE_ROWS + local_row0 + i] = m;
     }
