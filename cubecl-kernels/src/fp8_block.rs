@@ -178,15 +178,37 @@ pub fn fp8_block_kernel<N: Size>(
             for j in 0..8usize {
                 codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
             }
-            let word = ((row0 + i) * cols + col0) / 4;
-            rowwise[word] = codes[i * 8]
+            let low = codes[i * 8]
                 | (codes[i * 8 + 1] << 8u32)
                 | (codes[i * 8 + 2] << 16u32)
                 | (codes[i * 8 + 3] << 24u32);
-            rowwise[word + 1] = codes[i * 8 + 4]
+            let high = codes[i * 8 + 4]
                 | (codes[i * 8 + 5] << 8u32)
                 | (codes[i * 8 + 6] << 16u32)
                 | (codes[i * 8 + 7] << 24u32);
+            if columnwise_on {
+                // Row groups vary fastest in this mapping, so stage the row's words in the (now
+                // unused) partials and store them coalesced below.
+                let staged = (local_row0 + i) * (BLOCK_TILE / 4) + strip * 2;
+                col_partial[staged] = low;
+                col_partial[staged + 1] = high;
+            } else {
+                let word = ((row0 + i) * cols + col0) / 4;
+                rowwise[word] = low;
+                rowwise[word + 1] = high;
+            }
+        }
+    }
+    if rowwise_on && columnwise_on {
+        sync_cube();
+        // 128 rows x 32 words: consecutive units store consecutive words of a row.
+        #[unroll]
+        for k in 0..8usize {
+            let index = unit + k * BLOCK_UNITS;
+            let r = index / (BLOCK_TILE / 4);
+            let w = index % (BLOCK_TILE / 4);
+            rowwise[((tile_row * BLOCK_TILE + r) * cols + tile_col * BLOCK_TILE) / 4 + w] =
+                col_partial[index];
         }
     }
     if columnwise_on {
