@@ -316,7 +316,7 @@ fn quantize_with<B: crate::backend::LowpBackend>(
     swizzled: bool,
 ) -> Result<HostQuantized> {
     let tensor = B::float_from_host(x, device);
-    Ok(B::lowp_quantize(tensor, config, Usage::BOTH, swizzled)?.to_host())
+    B::lowp_quantize(tensor, config, Usage::BOTH, swizzled)?.to_host()
 }
 
 /// Adds one representation's fields (`<direction>_data`, `<direction>_scale`, ...) to `out`.

@@ -10,6 +10,7 @@ pub mod debug;
 pub mod error;
 pub mod format;
 pub mod quant;
+pub mod recipe;
 pub mod tensor_file;
 
 pub use error::{LowpError, Result};

@@ -22,7 +22,7 @@ use crate::format::{
     check_shape, codes_shape, scales_shape, Direction, FormatConfig, Fp8Format, HostMatrix,
     InputDtype, QuantFormat, ScaleLayout, Usage,
 };
-use crate::quant::{QuantizedStorage, QuantizedTensor, StorageScales};
+use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 /// A device byte buffer: a CubeCL handle and its length in bytes.
 #[derive(Clone)]
@@ -115,16 +115,16 @@ fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
                     }
                 }
             };
-            QuantizedStorage {
+            Storage::Quantized(QuantizedStorage {
+                format,
                 codes: bytes(client, d.codes, cshape[0] * cshape[1]),
                 codes_shape: cshape,
                 scales,
                 amax: d.amax.map(|a| bytes(client, a, 4)),
-            }
+            })
         })
     };
     QuantizedTensor {
-        format,
         rows,
         cols,
         rowwise: storage(out.rowwise, Direction::Rowwise),
@@ -160,25 +160,28 @@ fn relayout<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
         bool,
     ) -> std::result::Result<Handle, KernelError>,
 ) -> Result<QuantizedTensor<B>> {
-    let transposed_columnwise = match q.format {
-        QuantFormat::Mxfp8 { .. } => true,
-        QuantFormat::Nvfp4 { .. } => false,
-        _ => {
-            return Err(LowpError::invalid(
-                "scale layout",
-                format!("{target:?}"),
-                format!(
-                    "only MXFP8 and NVFP4 have swizzled block scales, not {}",
-                    q.format.name()
-                ),
-            ))
-        }
-    };
-    for (storage, transposed) in [
-        (q.rowwise.as_mut(), false),
-        (q.columnwise.as_mut(), transposed_columnwise),
+    for (storage, direction) in [
+        (q.rowwise.as_mut(), Direction::Rowwise),
+        (q.columnwise.as_mut(), Direction::Columnwise),
     ] {
-        let Some(storage) = storage else { continue };
+        let Some(Storage::Quantized(storage)) = storage else {
+            continue;
+        };
+        // The GEMM reads MXFP8 columnwise scales [M/32, K] as their transpose.
+        let transposed = match storage.format {
+            QuantFormat::Mxfp8 { .. } => direction == Direction::Columnwise,
+            QuantFormat::Nvfp4 { .. } => false,
+            other => {
+                return Err(LowpError::invalid(
+                    "scale layout",
+                    format!("{target:?}"),
+                    format!(
+                        "only MXFP8 and NVFP4 have swizzled block scales, not {}",
+                        other.name()
+                    ),
+                ))
+            }
+        };
         if let StorageScales::BlockBytes {
             shape,
             bytes,
@@ -188,15 +191,13 @@ fn relayout<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
             if *layout == target {
                 continue;
             }
-            // The swizzled matrix of a transposed layout is [cols, rows] of the compact one.
             let [r, c] = if transposed {
                 [shape[1], shape[0]]
             } else {
                 *shape
             };
-            let handle = f(&bytes.client, &bytes.handle, r, c, transposed)
+            bytes.handle = f(&bytes.client, &bytes.handle, r, c, transposed)
                 .map_err(kernel_error("scales"))?;
-            bytes.handle = handle;
             *layout = target;
         }
     }
@@ -336,11 +337,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         q: &QuantizedTensor<Self>,
         direction: Direction,
     ) -> Result<FloatTensor<Self>> {
-        let storage = q.require(direction)?;
+        let storage = match q.require(direction)? {
+            Storage::Quantized(storage) => storage,
+            Storage::HighPrecision(t) => {
+                return Ok(Self::float_cast(t.clone(), burn::tensor::FloatDType::F32))
+            }
+        };
         let client = storage.codes.client.clone();
         let rowwise = direction == Direction::Rowwise;
         let (rows, cols) = (q.rows, q.cols);
-        let handle = match (&q.format, &storage.scales) {
+        let handle = match (&storage.format, &storage.scales) {
             (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
                 kernels::dequantize_fp8(
                     &client,

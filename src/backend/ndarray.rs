@@ -13,7 +13,7 @@ use crate::format::{
     check_shape, quantize, quantize_fp8_with_scale, Direction, FormatConfig, Fp8Format, HostMatrix,
     InputDtype, Usage,
 };
-use crate::quant::QuantizedTensor;
+use crate::quant::{QuantizedStorage, QuantizedTensor, Storage};
 
 /// Host bytes shared between clones.
 pub type HostBytes = Arc<Vec<u8>>;
@@ -31,6 +31,31 @@ fn to_matrix(x: FloatTensor<NdArray>, name: &str) -> Result<HostMatrix> {
 
 fn upload(bytes: Vec<u8>) -> HostBytes {
     Arc::new(bytes)
+}
+
+/// Swizzles (or unswizzles) the scales of each quantized storage on its own, so that the two
+/// directions of a hybrid tensor are handled each in its format.
+fn relayout(
+    mut q: QuantizedTensor<NdArray>,
+    to_swizzled: bool,
+) -> Result<QuantizedTensor<NdArray>> {
+    for (storage, direction) in [
+        (q.rowwise.as_mut(), Direction::Rowwise),
+        (q.columnwise.as_mut(), Direction::Columnwise),
+    ] {
+        let Some(Storage::Quantized(s)) = storage else {
+            continue;
+        };
+        let mut host = s.to_host_tensor(q.rows, q.cols, direction);
+        if to_swizzled {
+            host.swizzle_scales()?;
+        } else {
+            host.unswizzle_scales()?;
+        }
+        let relaid = host.data(direction).expect("kept the direction");
+        *s = QuantizedStorage::from_host(s.format, relaid, &upload);
+    }
+    Ok(q)
 }
 
 impl LowpBackend for NdArray {
@@ -80,7 +105,13 @@ impl LowpBackend for NdArray {
         q: &QuantizedTensor<Self>,
         direction: Direction,
     ) -> Result<FloatTensor<Self>> {
-        let values = q.to_host().dequantize(direction)?;
+        let storage = match q.require(direction)? {
+            Storage::Quantized(storage) => storage,
+            Storage::HighPrecision(t) => return Ok(t.clone()),
+        };
+        let values = storage
+            .to_host_tensor(q.rows, q.cols, direction)
+            .dequantize(direction)?;
         Ok(NdArrayTensor::from_data(TensorData::new(
             values,
             [q.rows, q.cols],
@@ -88,15 +119,11 @@ impl LowpBackend for NdArray {
     }
 
     fn swizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
-        let mut host = q.to_host();
-        host.swizzle_scales()?;
-        Ok(QuantizedTensor::from_host(&host, upload))
+        relayout(q, true)
     }
 
     fn unswizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
-        let mut host = q.to_host();
-        host.unswizzle_scales()?;
-        Ok(QuantizedTensor::from_host(&host, upload))
+        relayout(q, false)
     }
 
     fn bytes_to_host(bytes: &Self::Bytes) -> Vec<u8> {

@@ -1,5 +1,13 @@
-//! Quantized tensors on a backend (and, with the recipes, the quantizers that make them).
+//! Quantized tensors on a backend, the quantizers that make them, and delayed-scaling state.
 
+pub mod delayed;
 pub mod quantized_tensor;
+pub mod quantizer;
+pub mod spec;
+pub mod state_tensor;
 
-pub use quantized_tensor::{QuantizedStorage, QuantizedTensor, StorageScales};
+pub use delayed::{AmaxComputeAlgo, DelayedScalingConfig, DelayedScalingState, Fp8Recipe};
+pub use quantized_tensor::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+pub use quantizer::{quantize, QuantizeCall};
+pub use spec::{ColumnwiseSource, IdentityDtype, QuantizerSpec};
+pub use state_tensor::StateTensor;

@@ -1,10 +1,16 @@
 //! `QuantizedTensor<B>`: a logical `[rows, cols]` shape and optional rowwise and columnwise
-//! storages, each holding device bytes for codes, scales and amax. It is the device twin of
-//! `format::HostQuantized`, with the same layouts (see `format::quantized`).
+//! storages. A storage is either quantized (device bytes for codes, scales and amax, in its own
+//! format: the two directions of a hybrid tensor differ) or the high-precision tensor itself
+//! (identity). A quantized storage is the device twin of `format::QuantizedData`, with the same
+//! layouts (see `format::quantized`).
+
+use burn::tensor::ops::FloatTensor;
 
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-use crate::format::{Direction, HostQuantized, QuantFormat, QuantizedData, ScaleLayout, Scales};
+use crate::format::{
+    Direction, HostQuantized, QuantFormat, QuantizedData, ScaleLayout, Scales, Usage,
+};
 
 /// Scales of one storage, in device bytes.
 #[derive(Debug, Clone)]
@@ -21,9 +27,10 @@ pub enum StorageScales<B: LowpBackend> {
     },
 }
 
-/// One representation (rowwise or columnwise).
+/// One quantized representation (rowwise or columnwise).
 #[derive(Debug, Clone)]
 pub struct QuantizedStorage<B: LowpBackend> {
+    pub format: QuantFormat,
     pub codes: B::Bytes,
     /// Shape of the codes in bytes.
     pub codes_shape: [usize; 2],
@@ -32,14 +39,21 @@ pub struct QuantizedStorage<B: LowpBackend> {
     pub amax: Option<B::Bytes>,
 }
 
+/// One representation of a tensor.
+#[derive(Debug, Clone)]
+pub enum Storage<B: LowpBackend> {
+    Quantized(QuantizedStorage<B>),
+    /// Identity quantization: the high-precision `[rows, cols]` tensor, consumed as is.
+    HighPrecision(FloatTensor<B>),
+}
+
 /// A quantized 2D tensor on backend `B`.
 #[derive(Debug, Clone)]
 pub struct QuantizedTensor<B: LowpBackend> {
-    pub format: QuantFormat,
     pub rows: usize,
     pub cols: usize,
-    pub rowwise: Option<QuantizedStorage<B>>,
-    pub columnwise: Option<QuantizedStorage<B>>,
+    pub rowwise: Option<Storage<B>>,
+    pub columnwise: Option<Storage<B>>,
 }
 
 fn f32_from_bytes(bytes: &[u8]) -> Vec<f32> {
@@ -54,7 +68,8 @@ fn f32_to_bytes(values: &[f32]) -> Vec<u8> {
 }
 
 impl<B: LowpBackend> QuantizedStorage<B> {
-    fn to_host(&self) -> QuantizedData {
+    /// Copies the storage to the host (a synchronizing read on device backends).
+    pub fn to_host(&self) -> QuantizedData {
         let read = |b: &B::Bytes| B::bytes_to_host(b);
         let scales = match &self.scales {
             StorageScales::TensorScaleInv(b) => Scales::TensorScaleInv(f32_from_bytes(&read(b))[0]),
@@ -80,7 +95,27 @@ impl<B: LowpBackend> QuantizedStorage<B> {
         }
     }
 
-    fn from_host(data: &QuantizedData, upload: &impl Fn(Vec<u8>) -> B::Bytes) -> Self {
+    /// This storage as a one-direction host tensor of the `[rows, cols]` matrix.
+    pub fn to_host_tensor(&self, rows: usize, cols: usize, direction: Direction) -> HostQuantized {
+        let data = Some(self.to_host());
+        let (rowwise, columnwise) = match direction {
+            Direction::Rowwise => (data, None),
+            Direction::Columnwise => (None, data),
+        };
+        HostQuantized {
+            format: self.format,
+            rows,
+            cols,
+            rowwise,
+            columnwise,
+        }
+    }
+
+    pub fn from_host(
+        format: QuantFormat,
+        data: &QuantizedData,
+        upload: &impl Fn(Vec<u8>) -> B::Bytes,
+    ) -> Self {
         let scales = match &data.scales {
             Scales::TensorScaleInv(s) => StorageScales::TensorScaleInv(upload(f32_to_bytes(&[*s]))),
             Scales::BlockF32 { shape, values } => StorageScales::BlockF32 {
@@ -98,6 +133,7 @@ impl<B: LowpBackend> QuantizedStorage<B> {
             },
         };
         QuantizedStorage {
+            format,
             codes: upload(data.codes.clone()),
             codes_shape: data.codes_shape,
             scales,
@@ -107,7 +143,7 @@ impl<B: LowpBackend> QuantizedStorage<B> {
 }
 
 impl<B: LowpBackend> QuantizedTensor<B> {
-    pub fn storage(&self, direction: Direction) -> Option<&QuantizedStorage<B>> {
+    pub fn storage(&self, direction: Direction) -> Option<&Storage<B>> {
         match direction {
             Direction::Rowwise => self.rowwise.as_ref(),
             Direction::Columnwise => self.columnwise.as_ref(),
@@ -115,45 +151,114 @@ impl<B: LowpBackend> QuantizedTensor<B> {
     }
 
     /// The storage of `direction`, or an error naming what is missing.
-    pub fn require(&self, direction: Direction) -> Result<&QuantizedStorage<B>> {
+    pub fn require(&self, direction: Direction) -> Result<&Storage<B>> {
         self.storage(direction).ok_or_else(|| {
             LowpError::invalid(
                 "direction",
                 direction.name(),
                 format!(
-                    "this {} tensor holds no {} data",
-                    self.format.name(),
+                    "this [{}, {}] tensor holds no {} data",
+                    self.rows,
+                    self.cols,
                     direction.name()
                 ),
             )
         })
     }
 
-    /// Copies every buffer to the host (a synchronizing read on device backends).
-    pub fn to_host(&self) -> HostQuantized {
-        HostQuantized {
-            format: self.format,
+    /// The quantized storage of `direction` (an error for a missing or identity one).
+    pub fn quantized(&self, direction: Direction) -> Result<&QuantizedStorage<B>> {
+        match self.require(direction)? {
+            Storage::Quantized(q) => Ok(q),
+            Storage::HighPrecision(_) => Err(LowpError::invalid(
+                "direction",
+                direction.name(),
+                "holds the high-precision tensor (identity quantization), not codes",
+            )),
+        }
+    }
+
+    /// Which representations this tensor holds.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            rowwise: self.rowwise.is_some(),
+            columnwise: self.columnwise.is_some(),
+        }
+    }
+
+    /// Drops the representations `usage` does not ask for (to save memory once they are consumed,
+    /// e.g. the rowwise copy of a saved activation after the forward GEMM). Asking for one the
+    /// tensor does not hold is an error: it cannot be rebuilt from the other.
+    pub fn narrow(mut self, usage: Usage) -> Result<Self> {
+        for (wanted, held, direction) in [
+            (usage.rowwise, self.rowwise.is_some(), Direction::Rowwise),
+            (
+                usage.columnwise,
+                self.columnwise.is_some(),
+                Direction::Columnwise,
+            ),
+        ] {
+            if wanted && !held {
+                return Err(LowpError::invalid(
+                    "usage",
+                    direction.name(),
+                    "narrowing can only drop representations, and this one is not held",
+                ));
+            }
+        }
+        if !usage.rowwise {
+            self.rowwise = None;
+        }
+        if !usage.columnwise {
+            self.columnwise = None;
+        }
+        Ok(self)
+    }
+
+    /// Copies every buffer to the host (a synchronizing read on device backends). Both held
+    /// storages must be quantized in one format.
+    pub fn to_host(&self) -> Result<HostQuantized> {
+        let mut format = None;
+        let mut side = |direction| -> Result<Option<QuantizedData>> {
+            if self.storage(direction).is_none() {
+                return Ok(None);
+            }
+            let storage = self.quantized(direction)?;
+            if format.is_some_and(|f| f != storage.format) {
+                return Err(LowpError::invalid(
+                    "to_host",
+                    storage.format.name(),
+                    "the two directions are in different formats (a hybrid tensor): read each storage",
+                ));
+            }
+            format = Some(storage.format);
+            Ok(Some(storage.to_host()))
+        };
+        let rowwise = side(Direction::Rowwise)?;
+        let columnwise = side(Direction::Columnwise)?;
+        let format = format.ok_or_else(|| {
+            LowpError::invalid("to_host", "empty", "the tensor holds no representation")
+        })?;
+        Ok(HostQuantized {
+            format,
             rows: self.rows,
             cols: self.cols,
-            rowwise: self.rowwise.as_ref().map(|s| s.to_host()),
-            columnwise: self.columnwise.as_ref().map(|s| s.to_host()),
-        }
+            rowwise,
+            columnwise,
+        })
     }
 
     /// Builds a quantized tensor from host bytes, uploading each buffer with `upload`.
     pub fn from_host(host: &HostQuantized, upload: impl Fn(Vec<u8>) -> B::Bytes) -> Self {
+        let side = |d: &Option<QuantizedData>| {
+            d.as_ref()
+                .map(|d| Storage::Quantized(QuantizedStorage::from_host(host.format, d, &upload)))
+        };
         QuantizedTensor {
-            format: host.format,
             rows: host.rows,
             cols: host.cols,
-            rowwise: host
-                .rowwise
-                .as_ref()
-                .map(|d| QuantizedStorage::from_host(d, &upload)),
-            columnwise: host
-                .columnwise
-                .as_ref()
-                .map(|d| QuantizedStorage::from_host(d, &upload)),
+            rowwise: side(&host.rowwise),
+            columnwise: side(&host.columnwise),
         }
     }
 }

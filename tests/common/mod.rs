@@ -135,3 +135,14 @@ pub fn random_matrix(
     }
     HostMatrix::new("random", rows, cols, InputDtype::BF16, values).unwrap()
 }
+
+/// Reads an f32 tensor of backend `B` back to the host.
+pub fn read_f32<B: burn_lowp::backend::LowpBackend>(
+    t: burn::tensor::ops::FloatTensor<B>,
+) -> Vec<f32> {
+    burn::tensor::read_sync(B::float_into_data(t))
+        .unwrap()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap()
+}

@@ -1,7 +1,6 @@
 //! The kernel test suite, written once and instantiated per backend by `kernel_suite!`.
 #![allow(dead_code)]
 
-use burn::tensor::read_sync;
 use burn_lowp::backend::LowpBackend;
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{
@@ -185,15 +184,6 @@ fn assert_data_equal(a: &QuantizedData, b: &QuantizedData, context: &str) {
     }
 }
 
-/// Reads an f32 tensor of backend `B` back to the host.
-pub fn read_f32<B: LowpBackend>(t: burn::tensor::ops::FloatTensor<B>) -> Vec<f32> {
-    read_sync(B::float_into_data(t))
-        .unwrap()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .unwrap()
-}
-
 pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     let mut cases = 0;
     for &dtype in dtypes {
@@ -211,7 +201,7 @@ pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtyp
                     let ours =
                         B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
                             .unwrap_or_else(|e| panic!("{context}: {e}"));
-                    assert_bit_equal(&ours.to_host(), &reference, &context);
+                    assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                     cases += 1;
                 }
             }
@@ -244,18 +234,18 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                 let swizzled = B::swizzle_scales(compact).unwrap();
                 let unswizzled = B::unswizzle_scales(swizzled.clone()).unwrap();
                 assert_bit_equal(
-                    &unswizzled.to_host(),
+                    &unswizzled.to_host().unwrap(),
                     &reference,
                     &format!("{context}: unswizzle"),
                 );
                 reference.swizzle_scales().unwrap();
                 assert_bit_equal(
-                    &direct.to_host(),
+                    &direct.to_host().unwrap(),
                     &reference,
                     &format!("{context}: in-kernel"),
                 );
                 assert_bit_equal(
-                    &swizzled.to_host(),
+                    &swizzled.to_host().unwrap(),
                     &reference,
                     &format!("{context}: standalone"),
                 );
@@ -283,10 +273,11 @@ pub fn check_dequantize_matches_reference<B: LowpBackend>(
                     .iter()
                     .map(|v| v.to_bits())
                     .collect();
-                let got: Vec<u32> = read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap())
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect();
+                let got: Vec<u32> =
+                    crate::common::read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap())
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
                 assert_eq!(got.len(), expected.len(), "{context}");
                 let bad = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
                 assert_eq!(bad, 0, "{context}: {bad} values differ");
@@ -316,7 +307,7 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
                     Usage::BOTH,
                 )
                 .unwrap();
-                assert_bit_equal(&ours.to_host(), &reference, &context);
+                assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
             }
         }
     }
@@ -358,7 +349,11 @@ pub fn check_goldens<B: LowpBackend>(device: &B::Device, native_bf16: bool) {
         let reference = quantize(&x, &config, Usage::BOTH).unwrap();
         let ours =
             B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false).unwrap();
-        assert_bit_equal(&ours.to_host(), &reference, case["name"].as_str().unwrap());
+        assert_bit_equal(
+            &ours.to_host().unwrap(),
+            &reference,
+            case["name"].as_str().unwrap(),
+        );
         checked += 1;
     }
     println!("{checked} golden inputs bit-exact against the reference");

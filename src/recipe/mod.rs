@@ -1,0 +1,15 @@
+//! Recipes: which quantizer every slot of every module gets. Roles and slot layouts
+//! (`role.rs`), the recipe file format with TE's built-in recipes (`recipe.rs`) and custom rules
+//! (`custom.rs`).
+
+pub mod custom;
+pub mod json;
+pub mod recipe;
+pub mod role;
+
+pub use custom::{CustomRecipe, CustomRule, RolePattern};
+pub use recipe::{
+    resolve_slots, BlockScalingRecipe, CurrentScalingRecipe, GemmSlots, ModuleQuantizers,
+    Mxfp8Recipe, Nvfp4Recipe, Recipe, SlotQuantizer,
+};
+pub use role::{BoundaryRoles, ModuleKind, Pass, QuantizerRole, SlotLayout};
