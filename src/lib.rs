@@ -9,6 +9,8 @@ pub mod cli;
 pub mod debug;
 pub mod error;
 pub mod format;
+pub mod nn;
+pub mod ops;
 pub mod quant;
 pub mod recipe;
 pub mod tensor_file;

@@ -28,6 +28,7 @@ use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 #[derive(Clone)]
 pub struct CubeBytes<R: CubeRuntime> {
     pub client: ComputeClient<R>,
+    pub device: R::Device,
     pub handle: Handle,
     pub len: usize,
 }
@@ -74,8 +75,14 @@ fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
     }
 }
 
-fn bytes<R: CubeRuntime>(client: &ComputeClient<R>, handle: Handle, len: usize) -> CubeBytes<R> {
+fn bytes<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    device: &R::Device,
+    handle: Handle,
+    len: usize,
+) -> CubeBytes<R> {
     CubeBytes {
+        device: device.clone(),
         client: client.clone(),
         handle,
         len,
@@ -85,6 +92,7 @@ fn bytes<R: CubeRuntime>(client: &ComputeClient<R>, handle: Handle, len: usize) 
 /// Wraps kernel outputs in a `QuantizedTensor`, with shapes from the format's layout rules.
 fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     client: &ComputeClient<R>,
+    device: &R::Device,
     out: QuantizeOutput,
     format: QuantFormat,
     rows: usize,
@@ -97,16 +105,16 @@ fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
             let sshape = scales_shape(&format, rows, cols, direction);
             let scales = match format {
                 QuantFormat::Fp8Tensor { .. } => {
-                    StorageScales::TensorScaleInv(bytes(client, d.scales, 4))
+                    StorageScales::TensorScaleInv(bytes(client, device, d.scales, 4))
                 }
                 QuantFormat::Fp8Block { .. } => StorageScales::BlockF32 {
                     shape: sshape,
-                    bytes: bytes(client, d.scales, sshape[0] * sshape[1] * 4),
+                    bytes: bytes(client, device, d.scales, sshape[0] * sshape[1] * 4),
                 },
                 QuantFormat::Mxfp8 { .. } | QuantFormat::Nvfp4 { .. } => {
                     StorageScales::BlockBytes {
                         shape: sshape,
-                        bytes: bytes(client, d.scales, sshape[0] * sshape[1]),
+                        bytes: bytes(client, device, d.scales, sshape[0] * sshape[1]),
                         layout: if swizzled {
                             ScaleLayout::Swizzled
                         } else {
@@ -117,10 +125,10 @@ fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
             };
             Storage::Quantized(QuantizedStorage {
                 format,
-                codes: bytes(client, d.codes, cshape[0] * cshape[1]),
+                codes: bytes(client, device, d.codes, cshape[0] * cshape[1]),
                 codes_shape: cshape,
                 scales,
-                amax: d.amax.map(|a| bytes(client, a, 4)),
+                amax: d.amax.map(|a| bytes(client, device, a, 4)),
             })
         })
     };
@@ -221,6 +229,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let kind = elem_kind(x.dtype, "input")?;
         let x = prepare(x);
         let client = x.client.clone();
+        let device = x.device.clone();
         let input = InputMatrix {
             handle: &x.handle,
             rows,
@@ -287,7 +296,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             }
         }
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, out, format, rows, cols, swizzled))
+        Ok(wrap(&client, &device, out, format, rows, cols, swizzled))
     }
 
     fn quantize_fp8_with_scale(
@@ -310,6 +319,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let x = prepare(x);
         let scale = into_contiguous(scale);
         let client = x.client.clone();
+        let device = x.device.clone();
         let input = InputMatrix {
             handle: &x.handle,
             rows,
@@ -330,7 +340,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             directions,
         )
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, out, format, rows, cols, false))
+        Ok(wrap(&client, &device, out, format, rows, cols, false))
     }
 
     fn lowp_dequantize(
@@ -434,8 +444,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 ))
             }
         };
-        let device = R::Device::default();
-        Ok(float_tensor(&client, &device, handle, rows, cols))
+        Ok(float_tensor(
+            &client,
+            &storage.codes.device,
+            handle,
+            rows,
+            cols,
+        ))
     }
 
     fn swizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
@@ -452,6 +467,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             .read_one(bytes.handle.clone())
             .expect("device read failed");
         data[..bytes.len].to_vec()
+    }
+
+    fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {
+        float_tensor(
+            &bytes.client,
+            &bytes.device,
+            bytes.handle.clone(),
+            shape[0],
+            shape[1],
+        )
     }
 
     fn float_from_host(m: &HostMatrix, device: &Self::Device) -> FloatTensor<Self> {

@@ -12,6 +12,9 @@ use crate::quant::QuantizedTensor;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 pub mod device;
+pub mod gemm;
+
+pub use gemm::{GemmKind, GemmOptions, GemmPath};
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
 
@@ -56,6 +59,31 @@ pub trait LowpBackend: Backend {
     /// Uploads a host matrix as a `[rows, cols]` float tensor of the matrix's own dtype where the
     /// backend can hold it (NdArray holds f32 only).
     fn float_from_host(m: &HostMatrix, device: &Self::Device) -> FloatTensor<Self>;
+
+    /// Device bytes holding f32 values, as a float tensor of `shape` (no copy where the backend
+    /// can share the buffer; used to hand a recorded amax to tensor code without a host sync).
+    fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self>;
+
+    /// One of a linear layer's GEMMs on quantized operands, each read from the representation
+    /// its kind needs (see `GemmKind`). The default dequantizes to f32 and uses the backend's
+    /// matmul; CUDA overrides it with cuBLASLt.
+    fn lowp_gemm(
+        kind: GemmKind,
+        a: &QuantizedTensor<Self>,
+        b: &QuantizedTensor<Self>,
+        options: GemmOptions<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
+    }
+
+    /// The path `lowp_gemm` takes for these operands.
+    fn gemm_path(
+        _kind: GemmKind,
+        _a: &QuantizedTensor<Self>,
+        _b: &QuantizedTensor<Self>,
+    ) -> GemmPath {
+        GemmPath::DequantizeMatmul
+    }
 }
 
 /// The 2D view `[prod(shape[..-1]), shape[-1]]` of a tensor shape.

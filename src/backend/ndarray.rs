@@ -130,6 +130,14 @@ impl LowpBackend for NdArray {
         bytes.as_ref().clone()
     }
 
+    fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        NdArrayTensor::from_data(TensorData::new(values, shape))
+    }
+
     fn float_from_host(m: &HostMatrix, _device: &Self::Device) -> FloatTensor<Self> {
         NdArrayTensor::from_data(TensorData::new(m.values.clone(), [m.rows, m.cols]))
     }

@@ -194,6 +194,38 @@ impl QuantizerSpec {
         Ok(())
     }
 
+    /// The formats this quantizer produces (both sides of a hybrid; none for identity; a delayed
+    /// request as FP8 per-tensor).
+    pub fn formats(&self) -> Vec<crate::format::QuantFormat> {
+        match self {
+            QuantizerSpec::Identity { .. } => Vec::new(),
+            QuantizerSpec::Hybrid {
+                rowwise,
+                columnwise,
+                ..
+            } => {
+                let mut f = rowwise.formats();
+                f.extend(columnwise.formats());
+                f
+            }
+            QuantizerSpec::Fp8Delayed(c) => vec![crate::format::QuantFormat::Fp8Tensor {
+                fp8: c.fp8_format.element_format(true),
+            }],
+            plain => plain
+                .format_config(None)
+                .map(|c| vec![c.format()])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Errors unless a `[rows, cols]` tensor suits every format this quantizer produces.
+    pub fn check_shape(&self, tensor: &str, rows: usize, cols: usize) -> Result<()> {
+        for format in self.formats() {
+            crate::format::check_shape(tensor, rows, cols, &format)?;
+        }
+        Ok(())
+    }
+
     /// Whether this quantizer (or a side of it) rounds stochastically.
     pub fn uses_stochastic_rounding(&self) -> bool {
         match self {

@@ -443,29 +443,6 @@ impl SlotLayout {
     }
 }
 
-/// The formats a quantizer produces (both sides of a hybrid; none for identity).
-fn formats(spec: &QuantizerSpec) -> Vec<crate::format::QuantFormat> {
-    match spec {
-        QuantizerSpec::Identity { .. } => Vec::new(),
-        QuantizerSpec::Hybrid {
-            rowwise,
-            columnwise,
-            ..
-        } => {
-            let mut f = formats(rowwise);
-            f.extend(formats(columnwise));
-            f
-        }
-        QuantizerSpec::Fp8Delayed(c) => vec![crate::format::QuantFormat::Fp8Tensor {
-            fp8: c.fp8_format.element_format(true),
-        }],
-        plain => plain
-            .format_config(None)
-            .map(|c| vec![c.format()])
-            .unwrap_or_default(),
-    }
-}
-
 impl ModuleQuantizers {
     /// Checks, when a module is built, that its shapes suit its quantizers: each GEMM's weight
     /// `[out_features, in_features]` whole, and the feature (last) dimension of its input
@@ -484,7 +461,7 @@ impl ModuleQuantizers {
                     .map(|r| r.to_string())
                     .unwrap_or_else(|| layout.name.clone())
             };
-            for format in formats(&weight.spec) {
+            for format in weight.spec.formats() {
                 crate::format::check_shape(
                     &format!("{} weight", name(weight)),
                     out_features,
@@ -497,7 +474,7 @@ impl ModuleQuantizers {
                 (&self.forward[gemm.input], in_features),
                 (&self.backward[gemm.grad_output], out_features),
             ] {
-                for format in formats(&slot.spec) {
+                for format in slot.spec.formats() {
                     crate::format::check_shape(
                         &format!("{} {}", name(slot), slot.tensor_type),
                         128,

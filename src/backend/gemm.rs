@@ -1,0 +1,135 @@
+//! The three GEMMs of a linear layer and the generic way to run them: dequantize each operand's
+//! representation to f32 and multiply with the backend's matmul. That is the GEMM on wgpu and
+//! NdArray, and the emulation of MXFP8/NVFP4 on Hopper; CUDA runs FP8 and BF16 GEMMs through
+//! cuBLASLt instead (`cublaslt.rs`).
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{FloatDType, Shape};
+
+use super::LowpBackend;
+use crate::error::{LowpError, Result};
+use crate::format::Direction;
+use crate::quant::{QuantizedTensor, Storage};
+
+/// Which GEMM of a linear layer (TE `general_gemm` layouts):
+/// * `Fprop`: `Y[M,N] = X[M,K] · W[N,K]ᵀ` with X rowwise and W rowwise;
+/// * `Dgrad`: `dX[M,K] = dY[M,N] · W[N,K]` with dY rowwise and W columnwise;
+/// * `Wgrad`: `dW[N,K] = dY[M,N]ᵀ · X[M,K]` with dY columnwise and X columnwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemmKind {
+    Fprop,
+    Dgrad,
+    Wgrad,
+}
+
+impl GemmKind {
+    /// The representation each operand `(a, b)` contributes.
+    pub fn directions(self) -> (Direction, Direction) {
+        match self {
+            GemmKind::Fprop => (Direction::Rowwise, Direction::Rowwise),
+            GemmKind::Dgrad => (Direction::Rowwise, Direction::Columnwise),
+            GemmKind::Wgrad => (Direction::Columnwise, Direction::Columnwise),
+        }
+    }
+
+    /// Output shape for operands of logical shapes `a` and `b`, or an error if they do not fit.
+    pub fn output_shape(self, a: [usize; 2], b: [usize; 2]) -> Result<[usize; 2]> {
+        let (out, ok) = match self {
+            GemmKind::Fprop => ([a[0], b[0]], a[1] == b[1]),
+            GemmKind::Dgrad => ([a[0], b[1]], a[1] == b[0]),
+            GemmKind::Wgrad => ([a[1], b[1]], a[0] == b[0]),
+        };
+        if !ok {
+            return Err(LowpError::shape(
+                format!("{self:?} GEMM operands"),
+                format!("{a:?} and {b:?}"),
+                "the contraction dimensions differ",
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Options of a GEMM call.
+#[derive(Debug, Clone)]
+pub struct GemmOptions<B: LowpBackend> {
+    /// Output dtype (F32 or BF16).
+    pub out_dtype: FloatDType,
+    /// Added to the product (`D = A·B + C`), e.g. gradient accumulation; same shape as the output.
+    pub accumulate: Option<FloatTensor<B>>,
+}
+
+impl<B: LowpBackend> Default for GemmOptions<B> {
+    fn default() -> Self {
+        GemmOptions {
+            out_dtype: FloatDType::F32,
+            accumulate: None,
+        }
+    }
+}
+
+/// Which path ran a GEMM (reported by `gemm_path` and in debug logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemmPath {
+    /// Dequantize both operands to f32, then the backend's matmul.
+    DequantizeMatmul,
+    /// cuBLASLt in BF16/FP16/FP32.
+    CublasLtHighPrecision,
+    /// cuBLASLt FP8 with per-tensor scales.
+    CublasLtFp8Tensor,
+    /// cuBLASLt FP8 with 1x128 / 128x128 block scales (Hopper).
+    CublasLtFp8Block,
+    /// MXFP8 / NVFP4 on a GPU without block-scaled FP4/FP8 GEMMs: dequantize to BF16, BF16 GEMM.
+    EmulatedBf16,
+}
+
+/// An operand as an f32 `[rows, cols]` tensor (its logical layout) from `direction`.
+fn operand<B: LowpBackend>(
+    q: &QuantizedTensor<B>,
+    direction: Direction,
+    dtype: FloatDType,
+) -> Result<FloatTensor<B>> {
+    let t = match q.require(direction)? {
+        Storage::HighPrecision(t) => B::float_reshape(t.clone(), Shape::new([q.rows, q.cols])),
+        Storage::Quantized(_) => B::lowp_dequantize(q, direction)?,
+    };
+    Ok(
+        if burn::tensor::TensorMetadata::dtype(&t) == burn::tensor::DType::from(dtype) {
+            t
+        } else {
+            B::float_cast(t, dtype)
+        },
+    )
+}
+
+/// `kind` on `a` and `b` by dequantizing to `compute` dtype and multiplying with the backend's
+/// matmul, then casting to `options.out_dtype` and adding `options.accumulate`.
+pub fn dequantize_matmul<B: LowpBackend>(
+    kind: GemmKind,
+    a: &QuantizedTensor<B>,
+    b: &QuantizedTensor<B>,
+    compute: FloatDType,
+    options: GemmOptions<B>,
+) -> Result<FloatTensor<B>> {
+    let out_shape = kind.output_shape([a.rows, a.cols], [b.rows, b.cols])?;
+    let (da, db) = kind.directions();
+    let (a, b) = (operand(a, da, compute)?, operand(b, db, compute)?);
+    let product = match kind {
+        GemmKind::Fprop => B::float_matmul(a, B::float_transpose(b)),
+        GemmKind::Dgrad => B::float_matmul(a, b),
+        GemmKind::Wgrad => B::float_matmul(B::float_transpose(a), b),
+    };
+    let mut out = B::float_cast(product, options.out_dtype);
+    if let Some(c) = options.accumulate {
+        let c_shape = burn::tensor::TensorMetadata::shape(&c);
+        if c_shape.as_slice() != out_shape {
+            return Err(LowpError::shape(
+                "accumulate",
+                format!("{:?}", c_shape.as_slice()),
+                format!("the GEMM output is {out_shape:?}"),
+            ));
+        }
+        out = B::float_add(out, B::float_cast(c, options.out_dtype));
+    }
+    Ok(out)
+}

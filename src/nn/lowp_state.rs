@@ -1,0 +1,158 @@
+//! What every burn-lowp module carries besides its parameters: the quantizers its recipe resolved
+//! for each slot, delayed-scaling state when the recipe asks for it, the micro-batch weight cache
+//! and counters (stochastic-rounding seeds, weight quantizations).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+use super::weight_cache::WeightCache;
+use crate::error::Result;
+use crate::ops::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};
+use crate::quant::{DelayedScalingState, QuantizedTensor, QuantizerSpec};
+use crate::recipe::{ModuleQuantizers, Pass, Recipe, SlotLayout};
+
+/// Shared counters of a module (kept across clones; not saved).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Quantize calls so far, which seed stochastic rounding.
+    pub calls: AtomicU64,
+    /// Weight quantizations so far (a cached weight is not quantized again).
+    pub weight_quantizations: AtomicUsize,
+}
+
+#[derive(Module, Debug)]
+pub struct LowpState<B: Backend> {
+    #[module(skip)]
+    pub layout: SlotLayout,
+    #[module(skip)]
+    pub quantizers: ModuleQuantizers,
+    pub delayed_forward: Option<DelayedScalingState<B>>,
+    pub delayed_backward: Option<DelayedScalingState<B>>,
+    pub cache: WeightCache<B>,
+    #[module(skip)]
+    pub counters: Arc<Counters>,
+}
+
+/// A seed base per module name, so that modules draw different stochastic-rounding streams.
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl<B: Backend> LowpState<B> {
+    /// Resolves `recipe` for `layout` and checks each GEMM's `(out_features, in_features)`.
+    pub fn new(
+        recipe: &Recipe,
+        layout: SlotLayout,
+        features: &[(usize, usize)],
+        device: &B::Device,
+    ) -> Result<Self> {
+        let quantizers = recipe.resolve(&layout)?;
+        quantizers.check_gemm_shapes(&layout, features)?;
+        let state = |slots| {
+            quantizers
+                .delayed
+                .as_ref()
+                .map(|c| DelayedScalingState::new(c, slots, device))
+        };
+        Ok(LowpState {
+            delayed_forward: state(layout.forward.len()),
+            delayed_backward: state(layout.backward.len()),
+            layout,
+            quantizers,
+            cache: WeightCache::default(),
+            counters: Arc::new(Counters::default()),
+        })
+    }
+
+    /// Weight quantizations so far.
+    pub fn weight_quantizations(&self) -> usize {
+        self.counters.weight_quantizations.load(Ordering::Relaxed)
+    }
+
+    /// End of a training step (TE's autocast exit / first module's backward): delayed-scaling
+    /// scales are recomputed from the amax histories, which roll. A no-op for other recipes.
+    pub fn end_step(&self) {
+        if let Some(config) = &self.quantizers.delayed {
+            if let Some(state) = &self.delayed_forward {
+                state.update(config, config.fp8_format.element_format(true));
+            }
+            if let Some(state) = &self.delayed_backward {
+                state.update(config, config.fp8_format.element_format(false));
+            }
+        }
+    }
+}
+
+impl<B: LowpLinear> LowpState<B> {
+    fn operand(&self, pass: Pass, slot: usize, name: String) -> OperandQuantizer<B::Quant> {
+        let (quantizer, state) = match pass {
+            Pass::Forward => (&self.quantizers.forward[slot], &self.delayed_forward),
+            Pass::Backward => (&self.quantizers.backward[slot], &self.delayed_backward),
+        };
+        let delayed = match (&quantizer.spec, state) {
+            (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
+                let record = state.clone();
+                Some(DelayedSlot {
+                    scale: B::to_quant(state.slot_scale(slot).into_primitive().tensor()),
+                    fp8: config.fp8_format.element_format(pass == Pass::Forward),
+                    sink: AmaxSink(Arc::new(move |amax| {
+                        record.record_amax(
+                            slot,
+                            Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax))),
+                        );
+                    })),
+                })
+            }
+            _ => None,
+        };
+        OperandQuantizer {
+            name,
+            spec: quantizer.spec.clone(),
+            delayed,
+            seed: name_seed(&self.layout.name)
+                .wrapping_add(self.counters.calls.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// The op of GEMM `gemm`: slots from the module's layout; the weight from the cache when
+    /// `is_first_microbatch == Some(false)` and a cached copy exists.
+    pub fn linear_op(&self, gemm: usize, is_first_microbatch: Option<bool>) -> LinearOp<B::Quant> {
+        let slots = self.layout.gemms()[gemm];
+        let name = |what: &str| format!("{} {what}", self.layout.name);
+        let cached = match is_first_microbatch {
+            Some(false) => self.cache.get::<QuantizedTensor<B::Quant>>(),
+            _ => None,
+        };
+        let weight = match cached {
+            Some(q) => WeightOperand::Cached(q),
+            None => {
+                self.counters
+                    .weight_quantizations
+                    .fetch_add(1, Ordering::Relaxed);
+                WeightOperand::Quantize(self.operand(Pass::Forward, slots.weight, name("weight")))
+            }
+        };
+        LinearOp {
+            input: self.operand(Pass::Forward, slots.input, name("input")),
+            weight,
+            grad_output: self.operand(Pass::Backward, slots.grad_output, name("grad_output")),
+        }
+    }
+
+    /// Keeps the weight quantized in this call for the next micro-batches (`Some(true)`).
+    pub fn keep_weight(
+        &self,
+        weight: QuantizedTensor<B::Quant>,
+        is_first_microbatch: Option<bool>,
+    ) {
+        if is_first_microbatch == Some(true) {
+            self.cache.set(weight);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! The quantized linear op `Y = X · Wᵀ` (`X [M, K]`, `W [N, K]`, TE's layout) as one
+//! differentiable op. Forward quantizes X (rowwise, plus columnwise when W needs a gradient) and W
+//! (rowwise, plus columnwise when X needs one), runs the fprop GEMM, and saves only the quantized
+//! columnwise copies. Backward quantizes dY once (rowwise for dgrad, columnwise for wgrad) and runs
+//! `dX = dY · W` and `dW = dYᵀ · X` quantized. Bias and everything else stay ordinary Burn ops.
+
+use std::fmt;
+use std::sync::Arc;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Shape, TensorMetadata};
+
+use crate::backend::{GemmKind, GemmOptions, LowpBackend};
+use crate::error::{LowpError, Result};
+use crate::format::{Fp8Format, Usage};
+use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
+
+/// Where a delayed-scaling slot's recorded amax goes (the module's amax history).
+#[derive(Clone)]
+pub struct AmaxSink<Q: LowpBackend>(pub Arc<dyn Fn(FloatTensor<Q>) + Send + Sync>);
+
+impl<Q: LowpBackend> fmt::Debug for AmaxSink<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AmaxSink")
+    }
+}
+
+/// A delayed-scaling slot: its current scale (one element), element format and amax sink.
+#[derive(Clone, Debug)]
+pub struct DelayedSlot<Q: LowpBackend> {
+    pub scale: FloatTensor<Q>,
+    pub fp8: Fp8Format,
+    pub sink: AmaxSink<Q>,
+}
+
+/// How one operand is quantized: its slot's quantizer, the delayed-scaling slot if the quantizer
+/// is a delayed request, and the stochastic-rounding seed of this call.
+#[derive(Clone, Debug)]
+pub struct OperandQuantizer<Q: LowpBackend> {
+    pub name: String,
+    pub spec: QuantizerSpec,
+    pub delayed: Option<DelayedSlot<Q>>,
+    pub seed: u64,
+}
+
+impl<Q: LowpBackend> OperandQuantizer<Q> {
+    pub fn quantize(
+        &self,
+        x: FloatTensor<Q>,
+        usage: Usage,
+        optimize_for_gemm: bool,
+    ) -> Result<QuantizedTensor<Q>> {
+        let call = QuantizeCall {
+            seed: self.seed,
+            delayed: self.delayed.as_ref().map(|d| (d.scale.clone(), d.fp8)),
+        };
+        let q = quantize(x, &self.spec, usage, optimize_for_gemm, &call)?;
+        if let Some(delayed) = &self.delayed {
+            let direction = if usage.rowwise {
+                crate::format::Direction::Rowwise
+            } else {
+                crate::format::Direction::Columnwise
+            };
+            if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
+                (delayed.sink.0)(Q::float_reshape(
+                    Q::float_from_bytes(amax, [1, 1]),
+                    Shape::new([1]),
+                ));
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// The weight operand: quantize it in this call, or reuse a quantized copy (micro-batch cache).
+#[derive(Clone, Debug)]
+pub enum WeightOperand<Q: LowpBackend> {
+    Quantize(OperandQuantizer<Q>),
+    Cached(QuantizedTensor<Q>),
+}
+
+/// Everything the op needs besides X and W.
+#[derive(Clone, Debug)]
+pub struct LinearOp<Q: LowpBackend> {
+    pub input: OperandQuantizer<Q>,
+    pub weight: WeightOperand<Q>,
+    pub grad_output: OperandQuantizer<Q>,
+}
+
+/// Backends with the quantized linear op. `Quant` is the backend that quantizes and multiplies:
+/// the backend itself, or the inner backend of `Autodiff`.
+pub trait LowpLinear: Backend {
+    type Quant: LowpBackend;
+
+    fn to_quant(t: FloatTensor<Self>) -> FloatTensor<Self::Quant>;
+    fn from_quant(t: FloatTensor<Self::Quant>) -> FloatTensor<Self>;
+
+    /// `Y = X · Wᵀ` for `x [M, K]`, `w [N, K]`; returns Y and the quantized weight (for caching).
+    fn lowp_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        op: LinearOp<Self::Quant>,
+    ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
+}
+
+fn dims(t: &impl TensorMetadata) -> Vec<usize> {
+    t.shape().as_slice().to_vec()
+}
+
+/// Quantizes both operands and runs fprop; `need_dgrad` / `need_wgrad` add the columnwise copies
+/// the backward GEMMs read.
+fn forward<Q: LowpBackend>(
+    x: FloatTensor<Q>,
+    w: FloatTensor<Q>,
+    op: &LinearOp<Q>,
+    need_dgrad: bool,
+    need_wgrad: bool,
+) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>, QuantizedTensor<Q>)> {
+    let (xs, ws) = (dims(&x), dims(&w));
+    if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] {
+        return Err(LowpError::shape(
+            "linear input",
+            format!("x {xs:?}, w {ws:?}"),
+            "x is [M, K] and w is [N, K]",
+        ));
+    }
+    if need_dgrad || need_wgrad {
+        // dY [M, N] must suit its quantizer too; say so now rather than fail inside backward.
+        op.grad_output
+            .spec
+            .check_shape(&op.grad_output.name, xs[0], ws[0])?;
+    }
+    let qx = op.input.quantize(
+        x,
+        Usage {
+            rowwise: true,
+            columnwise: need_wgrad,
+        },
+        false,
+    )?;
+    let qw = match &op.weight {
+        WeightOperand::Cached(q) => {
+            if q.rowwise.is_none()
+                || (need_dgrad && q.columnwise.is_none())
+                || (q.rows, q.cols) != (ws[0], ws[1])
+            {
+                return Err(LowpError::invalid(
+                    "cached weight",
+                    format!("[{}, {}] {:?}", q.rows, q.cols, q.usage()),
+                    "lacks a representation this call needs",
+                ));
+            }
+            q.clone()
+        }
+        WeightOperand::Quantize(quantizer) => quantizer.quantize(
+            w,
+            Usage {
+                rowwise: true,
+                columnwise: need_dgrad,
+            },
+            false,
+        )?,
+    };
+    let y = Q::lowp_gemm(GemmKind::Fprop, &qx, &qw, GemmOptions::default())?;
+    Ok((y, qx, qw))
+}
+
+macro_rules! forward_only_linear {
+    ($($backend:ty => [$($generics:tt)*]),*) => {$(
+        impl<$($generics)*> LowpLinear for $backend {
+            type Quant = Self;
+            fn to_quant(t: FloatTensor<Self>) -> FloatTensor<Self> { t }
+            fn from_quant(t: FloatTensor<Self>) -> FloatTensor<Self> { t }
+            fn lowp_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, op: LinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
+                let (y, _, qw) = forward(x, w, &op, false, false)?;
+                Ok((y, qw))
+            }
+        }
+    )*};
+}
+
+#[cfg(feature = "ndarray")]
+forward_only_linear!(burn::backend::NdArray => []);
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+forward_only_linear!(burn_cubecl::CubeBackend<R, F, I, BT> => [R: burn_cubecl::CubeRuntime, F: burn_cubecl::FloatElement, I: burn_cubecl::IntElement, BT: burn_cubecl::BoolElement]);
+
+/// What backward needs: the saved columnwise operands and dY's quantizer.
+#[derive(Clone, Debug)]
+struct LinearSaved<Q: LowpBackend> {
+    x_columnwise: Option<QuantizedTensor<Q>>,
+    w_columnwise: Option<QuantizedTensor<Q>>,
+    grad_output: OperandQuantizer<Q>,
+}
+
+#[derive(Debug)]
+struct LinearBackward;
+
+impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
+    type State = LinearSaved<Q>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 2>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let [node_x, node_w] = ops.parents;
+        let dy = grads.consume::<Q>(&ops.node);
+        let saved = ops.state;
+        let usage = Usage {
+            rowwise: node_x.is_some(),
+            columnwise: node_w.is_some(),
+        };
+        // Shapes were checked in forward, so failures here are bugs, not user input.
+        let qdy = saved
+            .grad_output
+            .quantize(dy, usage, false)
+            .expect("quantize dY (shapes checked in forward)");
+        if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
+            let dx =
+                Q::lowp_gemm(GemmKind::Dgrad, &qdy, w, GemmOptions::default()).expect("dgrad GEMM");
+            grads.register::<Q>(node.id, dx);
+        }
+        if let (Some(node), Some(x)) = (node_w, &saved.x_columnwise) {
+            let dw =
+                Q::lowp_gemm(GemmKind::Wgrad, &qdy, x, GemmOptions::default()).expect("wgrad GEMM");
+            grads.register::<Q>(node.id, dw);
+        }
+    }
+}
+
+/// Keeps only the columnwise representation (identity storages stay as they are).
+fn columnwise_only<Q: LowpBackend>(q: QuantizedTensor<Q>) -> Result<QuantizedTensor<Q>> {
+    match (&q.rowwise, &q.columnwise) {
+        (_, Some(_)) => q.narrow(Usage::COLUMNWISE),
+        (Some(Storage::HighPrecision(_)), None) => Ok(q),
+        _ => Err(LowpError::invalid(
+            "saved operand",
+            "rowwise only",
+            "backward needs the columnwise copy",
+        )),
+    }
+}
+
+impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
+    type Quant = B;
+
+    fn to_quant(t: FloatTensor<Self>) -> FloatTensor<B> {
+        <Self as AutodiffBackend>::inner(t)
+    }
+
+    fn from_quant(t: FloatTensor<B>) -> FloatTensor<Self> {
+        <Self as AutodiffBackend>::from_inner(t)
+    }
+
+    fn lowp_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        op: LinearOp<B>,
+    ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
+        let (need_dgrad, need_wgrad) = (x.is_tracked(), w.is_tracked());
+        let (y, qx, qw) = forward(
+            x.primitive.clone(),
+            w.primitive.clone(),
+            &op,
+            need_dgrad,
+            need_wgrad,
+        )?;
+        let out = match LinearBackward
+            .prepare::<C>([x.node.clone(), w.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let saved = LinearSaved {
+                    x_columnwise: if need_wgrad {
+                        Some(columnwise_only(qx)?)
+                    } else {
+                        None
+                    },
+                    w_columnwise: if need_dgrad {
+                        Some(columnwise_only(qw.clone())?)
+                    } else {
+                        None
+                    },
+                    grad_output: op.grad_output,
+                };
+                prep.finish(saved, y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        };
+        Ok((out, qw))
+    }
+}

@@ -1,0 +1,5 @@
+//! Differentiable ops whose backward passes run quantized GEMMs.
+
+pub mod linear;
+
+pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};
