@@ -6,7 +6,7 @@
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor, TensorCreationOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LowpError, Result};
@@ -130,6 +130,12 @@ impl DelayedScalingConfig {
     }
 }
 
+/// Creation options for an f32 tensor on `device`: scales and amaxes are f32 whatever the
+/// backend's default float type (BF16 on a BF16 `CubeBackend`).
+fn f32_on<B: Backend>(device: &B::Device) -> TensorCreationOptions<B> {
+    TensorCreationOptions::new(device.clone()).with_dtype(DType::F32)
+}
+
 /// Scales `[slots]` and amax history `[history_len, slots]` of one module direction (forward or
 /// backward). Scales start at 1, the history at 0.
 #[derive(Module, Debug)]
@@ -141,8 +147,11 @@ pub struct DelayedScalingState<B: Backend> {
 impl<B: Backend> DelayedScalingState<B> {
     pub fn new(config: &DelayedScalingConfig, slots: usize, device: &B::Device) -> Self {
         DelayedScalingState {
-            scale: StateTensor::new(Tensor::ones([slots], device)),
-            amax_history: StateTensor::new(Tensor::zeros([config.amax_history_len, slots], device)),
+            scale: StateTensor::new(Tensor::ones([slots], f32_on(device))),
+            amax_history: StateTensor::new(Tensor::zeros(
+                [config.amax_history_len, slots],
+                f32_on(device),
+            )),
         }
     }
 
@@ -175,7 +184,8 @@ impl<B: Backend> DelayedScalingState<B> {
             AmaxComputeAlgo::MostRecent => history.clone().slice([0..1, 0..slots]),
         }
         .reshape([slots]);
-        let numerator = Tensor::<B, 1>::full([slots], config.scaled_max(fp8), &amax.device());
+        let numerator =
+            Tensor::<B, 1>::full([slots], config.scaled_max(fp8), f32_on(&amax.device()));
         let candidate = numerator.div(amax.clone()).clamp_max(f32::MAX);
         let valid = amax.clone().is_finite().bool_and(amax.greater_elem(0.0));
         let old = self.scale.value();
@@ -191,7 +201,7 @@ impl<B: Backend> DelayedScalingState<B> {
         } else {
             history
         };
-        let zeros = Tensor::<B, 2>::zeros([1, slots], &rolled.device());
+        let zeros = Tensor::<B, 2>::zeros([1, slots], f32_on(&rolled.device()));
         self.amax_history
             .set(rolled.slice_assign([0..1, 0..slots], zeros));
     }
