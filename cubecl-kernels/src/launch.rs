@@ -803,3 +803,37 @@ pub fn copy<R: Runtime>(client: &ComputeClient<R>, input: &Handle, bytes: usize)
     };
     out
 }
+
+/// Writes `value` to the READY word of a stream-flags buffer once everything queued before it on
+/// this client's stream has run (see `stream_flags`).
+pub fn signal_flag<R: Runtime>(client: &ComputeClient<R>, flags: &Handle, value: u32) {
+    unsafe {
+        crate::stream_flags::signal_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            arg(flags, crate::stream_flags::FLAG_WORDS),
+            value,
+        )
+    };
+}
+
+/// Holds this client's stream until the DONE word of `flags` reaches `value` (or `max_polls`
+/// reads pass, which it records in TIMED_OUT).
+pub fn wait_flag<R: Runtime>(
+    client: &ComputeClient<R>,
+    flags: &Handle,
+    value: u32,
+    max_polls: u32,
+) {
+    unsafe {
+        crate::stream_flags::wait_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            arg(flags, crate::stream_flags::FLAG_WORDS),
+            value,
+            max_polls,
+        )
+    };
+}

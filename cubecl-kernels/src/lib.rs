@@ -28,6 +28,7 @@ pub mod nvfp4;
 pub mod random;
 pub mod reduce;
 pub mod scale;
+pub mod stream_flags;
 pub mod swizzle;
 
 pub use codec::{ElemKind, Fp8Kind};
