@@ -453,6 +453,32 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         ))
     }
 
+    fn lowp_gemm(
+        kind: super::GemmKind,
+        a: &QuantizedTensor<Self>,
+        b: &QuantizedTensor<Self>,
+        options: super::GemmOptions<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_gemm::gemm(kind, a, b, options);
+        }
+        super::gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
+    }
+
+    fn gemm_path(
+        kind: super::GemmKind,
+        a: &QuantizedTensor<Self>,
+        b: &QuantizedTensor<Self>,
+    ) -> super::GemmPath {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_gemm::gemm_path(kind, a, b);
+        }
+        let _ = (kind, a, b);
+        super::GemmPath::DequantizeMatmul
+    }
+
     fn swizzle_scales(q: QuantizedTensor<Self>) -> Result<QuantizedTensor<Self>> {
         relayout(q, ScaleLayout::Swizzled, kernels::swizzle::<R>)
     }

@@ -11,6 +11,10 @@ use crate::quant::QuantizedTensor;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
+#[cfg(feature = "cuda")]
+pub mod cublaslt;
+#[cfg(feature = "cuda")]
+pub mod cuda_gemm;
 pub mod device;
 pub mod gemm;
 

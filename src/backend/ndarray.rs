@@ -138,6 +138,39 @@ impl LowpBackend for NdArray {
         NdArrayTensor::from_data(TensorData::new(values, shape))
     }
 
+    /// Dequantize + f32 matmul. NdArray holds f32 only, so a BF16/F16 output is the f32 result
+    /// rounded to that precision (what a GPU writing BF16 stores), kept as f32.
+    fn lowp_gemm(
+        kind: super::GemmKind,
+        a: &QuantizedTensor<Self>,
+        b: &QuantizedTensor<Self>,
+        options: super::GemmOptions<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        use burn::tensor::FloatDType;
+        let wanted = options.out_dtype;
+        let out = super::gemm::dequantize_matmul(
+            kind,
+            a,
+            b,
+            FloatDType::F32,
+            super::GemmOptions {
+                out_dtype: FloatDType::F32,
+                accumulate: options.accumulate,
+            },
+        )?;
+        let dtype = match wanted {
+            FloatDType::BF16 => InputDtype::BF16,
+            FloatDType::F16 => InputDtype::F16,
+            _ => return Ok(out),
+        };
+        let m = to_matrix(out, "GEMM output")?;
+        let rounded = m.values.iter().map(|&v| dtype.round(v)).collect();
+        Ok(NdArrayTensor::from_data(TensorData::new(
+            rounded,
+            [m.rows, m.cols],
+        )))
+    }
+
     fn float_from_host(m: &HostMatrix, _device: &Self::Device) -> FloatTensor<Self> {
         NdArrayTensor::from_data(TensorData::new(m.values.clone(), [m.rows, m.cols]))
     }

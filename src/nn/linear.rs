@@ -102,10 +102,11 @@ pub(crate) fn linear_forward<B: LowpLinear, const D: usize>(
         op,
     )?;
     lowp.keep_weight(quantized_weight, is_first_microbatch);
-    let mut y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
-    if let Some(bias) = bias {
-        y = y + bias.val().unsqueeze::<2>();
-    }
+    let y = match bias {
+        Some(bias) => B::lowp_add_bias(y, bias.val().into_primitive().tensor()),
+        None => y,
+    };
+    let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
     let mut out = dims;
     out[D - 1] = out_features;
     Ok(y.reshape(out))

@@ -14,7 +14,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, TensorMetadata};
+use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use crate::backend::{GemmKind, GemmOptions, LowpBackend};
 use crate::error::{LowpError, Result};
@@ -107,6 +107,20 @@ pub trait LowpLinear: Backend {
         w: FloatTensor<Self>,
         op: LinearOp<Self::Quant>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
+
+    /// `y [M, N] + bias [N]` broadcast over rows (see `ops/bias.rs` for its backward).
+    fn lowp_add_bias(y: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        super::bias::add_bias_rows::<Self>(y, bias)
+    }
+}
+
+/// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
+fn gemm_dtype(dtype: DType) -> FloatDType {
+    match dtype {
+        DType::BF16 => FloatDType::BF16,
+        DType::F16 => FloatDType::F16,
+        _ => FloatDType::F32,
+    }
 }
 
 fn dims(t: &impl TensorMetadata) -> Vec<usize> {
@@ -123,6 +137,8 @@ fn forward<Q: LowpBackend>(
     need_wgrad: bool,
 ) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>, QuantizedTensor<Q>)> {
     let (xs, ws) = (dims(&x), dims(&w));
+    // GEMM outputs take the activation's dtype (BF16 models get BF16 outputs).
+    let out_dtype = gemm_dtype(x.dtype());
     if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] {
         return Err(LowpError::shape(
             "linear input",
@@ -167,7 +183,15 @@ fn forward<Q: LowpBackend>(
             false,
         )?,
     };
-    let y = Q::lowp_gemm(GemmKind::Fprop, &qx, &qw, GemmOptions::default())?;
+    let y = Q::lowp_gemm(
+        GemmKind::Fprop,
+        &qx,
+        &qw,
+        GemmOptions {
+            out_dtype,
+            accumulate: None,
+        },
+    )?;
     Ok((y, qx, qw))
 }
 
@@ -212,6 +236,11 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
     ) {
         let [node_x, node_w] = ops.parents;
         let dy = grads.consume::<Q>(&ops.node);
+        let out_dtype = gemm_dtype(dy.dtype());
+        let options = || GemmOptions {
+            out_dtype,
+            accumulate: None,
+        };
         let saved = ops.state;
         let usage = Usage {
             rowwise: node_x.is_some(),
@@ -223,13 +252,11 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
             .quantize(dy, usage, false)
             .expect("quantize dY (shapes checked in forward)");
         if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
-            let dx =
-                Q::lowp_gemm(GemmKind::Dgrad, &qdy, w, GemmOptions::default()).expect("dgrad GEMM");
+            let dx = Q::lowp_gemm(GemmKind::Dgrad, &qdy, w, options()).expect("dgrad GEMM");
             grads.register::<Q>(node.id, dx);
         }
         if let (Some(node), Some(x)) = (node_w, &saved.x_columnwise) {
-            let dw =
-                Q::lowp_gemm(GemmKind::Wgrad, &qdy, x, GemmOptions::default()).expect("wgrad GEMM");
+            let dw = Q::lowp_gemm(GemmKind::Wgrad, &qdy, x, options()).expect("wgrad GEMM");
             grads.register::<Q>(node.id, dw);
         }
     }
@@ -257,6 +284,10 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn from_quant(t: FloatTensor<B>) -> FloatTensor<Self> {
         <Self as AutodiffBackend>::from_inner(t)
+    }
+
+    fn lowp_add_bias(y: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        super::bias::add_bias_rows_autodiff::<B, C>(y, bias)
     }
 
     fn lowp_linear(

@@ -1,0 +1,425 @@
+//! `LowpBackend::lowp_gemm` on CUDA: picks the GEMM path for a pair of operands and lays them out
+//! for cuBLASLt (`cublaslt.rs`).
+//!
+//! cuBLASLt is column-major; a row-major output `[rows, cols]` is the column-major `m x n` matrix
+//! with `m = cols`, `n = rows`. Operand `b` of a `GemmKind` becomes cuBLAS's A (its outer
+//! dimension is `m`) and operand `a` becomes B (outer dimension `n`). FP8 storages are always
+//! `[outer, k]` with K contiguous (columnwise copies are physical transposes), which is the "TN"
+//! layout Hopper's FP8 tensor cores require; high-precision tensors keep their logical layout and
+//! are described with the transpose flags instead.
+//!
+//! Paths (`GemmPath`):
+//! * both FP8 per-tensor (not both E5M2), dims multiples of 16: FP8 cuBLASLt with scale pointers,
+//!   fast accumulation for fprop only (TE's split accumulator for dgrad/wgrad);
+//! * both FP8 block (not both 128x128, not both E5M2) on Hopper: cuBLASLt `VEC128_32F` /
+//!   `BLK128x128_32F`, split accumulator. Our compact block scales are rewritten into cuBLAS's
+//!   layouts per call (1x128: transposed to `[K/128][outer]`; 128x128: rows padded to 4);
+//! * both high precision of one dtype (F32, F16, BF16): cuBLASLt in that dtype;
+//! * everything else (MXFP8, NVFP4, hybrids of different kinds, mixed precision): dequantize each
+//!   operand, round to BF16, BF16 cuBLASLt GEMM. Blackwell's block-scaled MXFP8/NVFP4 GEMMs are not
+//!   wired up (no Blackwell GPU to test them on), so this is the path on every GPU for now.
+
+use std::any::Any;
+
+use burn::tensor::ops::FloatTensorOps;
+use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_lowp_kernels::cubecl::prelude::*;
+use burn_lowp_kernels::cubecl::server::Handle;
+use cudarc::cublaslt::sys::cudaDataType_t as DataType;
+
+use super::cublaslt::{run_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
+use super::gemm::{GemmKind, GemmOptions, GemmPath};
+use super::LowpBackend;
+use crate::error::{LowpError, Result};
+use crate::format::fp8_block::BlockShape;
+use crate::format::{Direction, Fp8Format, QuantFormat, ScaleLayout};
+use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+
+type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+
+/// True when `R` is CubeCL's CUDA runtime.
+pub fn is_cuda<R: CubeRuntime>() -> bool {
+    std::any::TypeId::of::<R>() == std::any::TypeId::of::<CudaRuntime>()
+}
+
+fn cuda_client<R: CubeRuntime>(client: &ComputeClient<R>) -> &ComputeClient<CudaRuntime> {
+    (client as &dyn Any)
+        .downcast_ref()
+        .expect("called only when R is CudaRuntime")
+}
+
+fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
+    (device as &dyn Any)
+        .downcast_ref::<CudaDevice>()
+        .expect("called only when R is CudaRuntime")
+        .index
+}
+
+/// Compute capability major version of a CUDA device (0 if it cannot be read).
+fn compute_capability_major(device: usize) -> i32 {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::CudaContext::new(device)
+        .and_then(|ctx| ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR))
+        .unwrap_or(0)
+}
+
+fn is_hopper(device: usize) -> bool {
+    static MAJOR: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, i32>>> =
+        std::sync::OnceLock::new();
+    let map = MAJOR.get_or_init(Default::default);
+    let mut map = map.lock().expect("compute capability cache");
+    *map.entry(device)
+        .or_insert_with(|| compute_capability_major(device))
+        == 9
+}
+
+/// The client and device of an operand (every operand of one GEMM lives on one device).
+fn location<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    q: &QuantizedTensor<Cube<R, F, I, BT>>,
+) -> Option<(ComputeClient<R>, R::Device)> {
+    [&q.rowwise, &q.columnwise]
+        .into_iter()
+        .flatten()
+        .next()
+        .map(|s| match s {
+            Storage::Quantized(s) => (s.codes.client.clone(), s.codes.device.clone()),
+            Storage::HighPrecision(t) => (t.client.clone(), t.device.clone()),
+        })
+}
+
+/// Which cuBLASLt path runs `kind` on these storages.
+fn plan<BB: LowpBackend>(
+    a: &Storage<BB>,
+    b: &Storage<BB>,
+    shape: (usize, usize, usize),
+    hopper: bool,
+) -> GemmPath {
+    let (m, n, k) = shape;
+    let aligned = m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
+    match (a, b) {
+        (Storage::Quantized(qa), Storage::Quantized(qb)) => match (qa.format, qb.format) {
+            (QuantFormat::Fp8Tensor { fp8: fa }, QuantFormat::Fp8Tensor { fp8: fb })
+                if aligned && !(fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2) =>
+            {
+                GemmPath::CublasLtFp8Tensor
+            }
+            (
+                QuantFormat::Fp8Block { fp8: fa, block: ba },
+                QuantFormat::Fp8Block { fp8: fb, block: bb },
+            ) if hopper
+                && aligned
+                && !(fa == Fp8Format::E5M2 && fb == Fp8Format::E5M2)
+                && !(ba == BlockShape::OneTwentyEightSquare
+                    && bb == BlockShape::OneTwentyEightSquare) =>
+            {
+                GemmPath::CublasLtFp8Block
+            }
+            _ => GemmPath::EmulatedBf16,
+        },
+        (Storage::HighPrecision(ta), Storage::HighPrecision(tb))
+            if ta.dtype() == tb.dtype()
+                && matches!(ta.dtype(), DType::F32 | DType::F16 | DType::BF16) =>
+        {
+            GemmPath::CublasLtHighPrecision
+        }
+        _ => GemmPath::EmulatedBf16,
+    }
+}
+
+/// `(rows_out, cols_out, contraction)` of `kind`, checked.
+fn dims<BB: LowpBackend>(
+    kind: GemmKind,
+    a: &QuantizedTensor<BB>,
+    b: &QuantizedTensor<BB>,
+) -> Result<(usize, usize, usize)> {
+    let out = kind.output_shape([a.rows, a.cols], [b.rows, b.cols])?;
+    let k = match kind {
+        GemmKind::Fprop => a.cols,
+        GemmKind::Dgrad => a.cols,
+        GemmKind::Wgrad => a.rows,
+    };
+    Ok((out[0], out[1], k))
+}
+
+/// The path `lowp_gemm` takes on CUDA.
+pub fn gemm_path<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: &QuantizedTensor<Cube<R, F, I, BT>>,
+    b: &QuantizedTensor<Cube<R, F, I, BT>>,
+) -> GemmPath {
+    let (da, db) = kind.directions();
+    let (Ok(sa), Ok(sb), Ok((rows, cols, k)), Some((_, device))) =
+        (a.require(da), b.require(db), dims(kind, a, b), location(a))
+    else {
+        return GemmPath::EmulatedBf16;
+    };
+    plan(
+        sa,
+        sb,
+        (cols, rows, k),
+        is_hopper(cuda_device::<R>(&device)),
+    )
+}
+
+fn data_type(dtype: DType) -> DataType {
+    match dtype {
+        DType::F32 => DataType::CUDA_R_32F,
+        DType::F16 => DataType::CUDA_R_16F,
+        DType::BF16 => DataType::CUDA_R_16BF,
+        other => unreachable!("float GEMM dtype {other:?}"),
+    }
+}
+
+fn fp8_type(fp8: Fp8Format) -> DataType {
+    match fp8 {
+        Fp8Format::E4M3 => DataType::CUDA_R_8F_E4M3,
+        Fp8Format::E5M2 => DataType::CUDA_R_8F_E5M2,
+    }
+}
+
+/// A contiguous `[rows, cols]` tensor whose data starts 16-byte aligned.
+fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: CubeTensor<R>,
+    rows: usize,
+    cols: usize,
+) -> CubeTensor<R> {
+    let t = Cube::<R, F, I, BT>::float_reshape(into_contiguous(t), Shape::new([rows, cols]));
+    if t.handle.offset_start.unwrap_or(0) % 16 == 0 {
+        t
+    } else {
+        into_contiguous(Cube::<R, F, I, BT>::float_mul_scalar(t, 1.0f32.into()))
+    }
+}
+
+fn f32_view<R: CubeRuntime>(bytes: &super::cube::CubeBytes<R>, shape: [usize; 2]) -> CubeTensor<R> {
+    CubeTensor::new_contiguous(
+        bytes.client.clone(),
+        bytes.device.clone(),
+        Shape::new(shape),
+        bytes.handle.clone(),
+        DType::F32,
+    )
+}
+
+/// FP8 block scales in the layout cuBLASLt reads (see the module docs).
+fn block_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    storage: &QuantizedStorage<Cube<R, F, I, BT>>,
+    block: BlockShape,
+) -> Result<(CubeTensor<R>, ScaleMode)> {
+    let StorageScales::BlockF32 { shape, bytes } = &storage.scales else {
+        return Err(LowpError::invalid(
+            "FP8 block scales",
+            "not f32 block scales",
+            "an FP8 block storage carries f32 scales",
+        ));
+    };
+    let scales = f32_view(bytes, *shape);
+    Ok(match block {
+        BlockShape::OneByOneTwentyEight => (
+            into_contiguous(Cube::<R, F, I, BT>::float_transpose(scales)),
+            ScaleMode::Vec128,
+        ),
+        BlockShape::OneTwentyEightSquare => {
+            let padded = shape[1].div_ceil(4) * 4;
+            let scales = if padded == shape[1] {
+                scales
+            } else {
+                let ones = Cube::<R, F, I, BT>::float_ones(
+                    Shape::new([shape[0], padded - shape[1]]),
+                    &bytes.device,
+                    FloatDType::F32,
+                );
+                Cube::<R, F, I, BT>::float_cat(vec![scales, ones], 1)
+            };
+            (into_contiguous(scales), ScaleMode::Block128x128)
+        }
+    })
+}
+
+/// Runs `kind` through cuBLASLt (`R` must be `CudaRuntime`).
+pub fn gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: &QuantizedTensor<Cube<R, F, I, BT>>,
+    b: &QuantizedTensor<Cube<R, F, I, BT>>,
+    options: GemmOptions<Cube<R, F, I, BT>>,
+) -> Result<CubeTensor<R>> {
+    type B<R, F, I, BT> = Cube<R, F, I, BT>;
+    let (rows, cols, k) = dims(kind, a, b)?;
+    let (m, n) = (cols, rows);
+    let (da, db) = kind.directions();
+    let (sa, sb) = (a.require(da)?, b.require(db)?);
+    let (client, device) = location(a).ok_or_else(|| {
+        LowpError::invalid("GEMM operand", "no representation", "an operand holds data")
+    })?;
+    let device_index = cuda_device::<R>(&device);
+    let path = plan(sa, sb, (m, n, k), is_hopper(device_index));
+
+    // Each operand as (buffer, dtype, outer-major?, scale, tensors to keep alive).
+    let mut keep: Vec<CubeTensor<R>> = Vec::new();
+    let mut operand = |q: &QuantizedTensor<B<R, F, I, BT>>,
+                       s: &Storage<B<R, F, I, BT>>,
+                       direction: Direction,
+                       outer: usize,
+                       hp_outer_major: bool|
+     -> Result<(Handle, DataType, bool, Option<(Handle, ScaleMode)>)> {
+        match path {
+            GemmPath::CublasLtFp8Tensor | GemmPath::CublasLtFp8Block => {
+                let Storage::Quantized(st) = s else {
+                    unreachable!("FP8 paths have quantized operands")
+                };
+                if st.codes_shape != [outer, k] {
+                    return Err(LowpError::shape(
+                        "FP8 GEMM operand codes",
+                        format!("{:?}", st.codes_shape),
+                        format!("[{outer}, {k}] (outer dimension, contraction)"),
+                    ));
+                }
+                let (fp8, scale) = match (&st.format, &st.scales) {
+                    (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(bytes)) => {
+                        (*fp8, (bytes.handle.clone(), ScaleMode::Tensor))
+                    }
+                    (QuantFormat::Fp8Block { fp8, block }, _) => {
+                        let (scales, mode) = block_scales::<R, F, I, BT>(st, *block)?;
+                        let handle = scales.handle.clone();
+                        keep.push(scales);
+                        (*fp8, (handle, mode))
+                    }
+                    _ => unreachable!("planned as FP8"),
+                };
+                Ok((st.codes.handle.clone(), fp8_type(fp8), true, Some(scale)))
+            }
+            GemmPath::CublasLtHighPrecision => {
+                let Storage::HighPrecision(t) = s else {
+                    unreachable!("high-precision path")
+                };
+                let t = contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols);
+                let (handle, dtype) = (t.handle.clone(), data_type(t.dtype()));
+                keep.push(t);
+                Ok((handle, dtype, hp_outer_major, None))
+            }
+            _ => {
+                // Emulation: the operand's values in BF16, logical layout.
+                let t = match s {
+                    Storage::HighPrecision(t) => {
+                        contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols)
+                    }
+                    Storage::Quantized(st) => {
+                        let swizzled = matches!(
+                            st.scales,
+                            StorageScales::BlockBytes {
+                                layout: ScaleLayout::Swizzled,
+                                ..
+                            }
+                        );
+                        if swizzled {
+                            let compact = B::<R, F, I, BT>::unswizzle_scales(q.clone())?;
+                            B::<R, F, I, BT>::lowp_dequantize(&compact, direction)?
+                        } else {
+                            B::<R, F, I, BT>::lowp_dequantize(q, direction)?
+                        }
+                    }
+                };
+                let t = into_contiguous(B::<R, F, I, BT>::float_cast(t, FloatDType::BF16));
+                let handle = t.handle.clone();
+                keep.push(t);
+                Ok((handle, DataType::CUDA_R_16BF, hp_outer_major, None))
+            }
+        }
+    };
+    // cuBLAS A = operand b (outer m), B = operand a (outer n). High-precision layouts: b is
+    // [outer, k] only in fprop (W [N, K]); a is [k, outer] only in wgrad (dY [M, N]).
+    let (a_data, a_type, a_outer_major, a_scale) = operand(b, sb, db, m, kind == GemmKind::Fprop)?;
+    let (b_data, b_type, b_outer_major, b_scale) = operand(a, sa, da, n, kind != GemmKind::Wgrad)?;
+
+    // Output dtype: what the caller asked for where cuBLASLt can write it from these inputs
+    // (FP32 inputs give FP32), else FP32 and a cast.
+    let wanted = DType::from(options.out_dtype);
+    let d_dtype = if a_type == DataType::CUDA_R_32F {
+        DType::F32
+    } else {
+        wanted
+    };
+    let c = match options.accumulate {
+        Some(c) => {
+            let shape = c.shape();
+            if shape.as_slice() != [rows, cols] {
+                return Err(LowpError::shape(
+                    "accumulate",
+                    format!("{:?}", shape.as_slice()),
+                    format!("the GEMM output is [{rows}, {cols}]"),
+                ));
+            }
+            let c = if c.dtype() == d_dtype {
+                c
+            } else {
+                B::<R, F, I, BT>::float_cast(c, d_dtype.into())
+            };
+            Some(contiguous::<R, F, I, BT>(c, rows, cols))
+        }
+        None => None,
+    };
+    let out = client.empty(rows * cols * d_dtype.size());
+
+    let mut buffers = vec![&a_data, &b_data, &out];
+    let scale_handles: Vec<&Handle> = [&a_scale, &b_scale]
+        .into_iter()
+        .flatten()
+        .map(|(h, _)| h)
+        .collect();
+    buffers.extend(scale_handles.iter().copied());
+    if let Some(c) = &c {
+        buffers.push(&c.handle);
+    }
+    let (a_mode, b_mode) = (a_scale.as_ref().map(|s| s.1), b_scale.as_ref().map(|s| s.1));
+    let fast_accum = path == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
+    let has_c = c.is_some();
+    run_on_cubecl_buffers(cuda_client(&client), device_index, &buffers, |ptr| {
+        // ptr order: a, b, d, [scales of A then B], [c]
+        let mut next = 3;
+        let mut scale = |mode: Option<ScaleMode>| {
+            mode.map(|mode| {
+                let p = ptr[next];
+                next += 1;
+                (p, mode)
+            })
+        };
+        let a_scale = scale(a_mode);
+        let b_scale = scale(b_mode);
+        LtGemm {
+            m: m as u64,
+            n: n as u64,
+            k: k as u64,
+            // A: [m, k] row-major is op = T with ld k; [k, m] is op = N with ld m.
+            a: LtOperand {
+                ptr: ptr[0],
+                dtype: a_type,
+                transpose: a_outer_major,
+                ld: if a_outer_major { k } else { m } as i64,
+                scale: a_scale,
+            },
+            // B: [n, k] row-major is op = N with ld k; [k, n] is op = T with ld n.
+            b: LtOperand {
+                ptr: ptr[1],
+                dtype: b_type,
+                transpose: !b_outer_major,
+                ld: if b_outer_major { k } else { n } as i64,
+                scale: b_scale,
+            },
+            c: has_c.then(|| ptr[next]),
+            d: ptr[2],
+            d_dtype: data_type(d_dtype),
+            fast_accum,
+        }
+    })?;
+    drop(keep);
+    let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
+    Ok(if d_dtype == wanted {
+        out
+    } else {
+        B::<R, F, I, BT>::float_cast(out, options.out_dtype)
+    })
+}
