@@ -28,7 +28,7 @@ mod wgpu {
 
     /// The default wgpu device if a Vulkan adapter exists.
     fn device() -> Option<WgpuDevice> {
-        crate::suite::probe_device(
+        crate::common::probe_device(
             "wgpu",
             "LOWP_REQUIRE_WGPU",
             burn_lowp::backend::device::wgpu_available,
@@ -52,7 +52,7 @@ mod cuda {
     type Backend = CubeBackend<CudaRuntime, f32, i32, u8>;
 
     fn device() -> Option<CudaDevice> {
-        crate::suite::probe_device(
+        crate::common::probe_device(
             "cuda",
             "LOWP_REQUIRE_CUDA",
             burn_lowp::backend::device::cuda_available,

@@ -20,9 +20,7 @@ use burn_lowp::recipe::{
 };
 
 fn recipe_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("recipes")
-        .join(name)
+    common::recipes_dir().join(name)
 }
 
 const FILES: [&str; 8] = [

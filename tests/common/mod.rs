@@ -146,3 +146,33 @@ pub fn read_f32<B: burn_lowp::backend::LowpBackend>(
         .into_vec::<f32>()
         .unwrap()
 }
+
+/// Whether a backend's tests can run here. A missing runtime skips them with a message, unless
+/// `require_var` (or `LOWP_TEST_DEVICE=<name>`) demands the runtime, which fails the test instead.
+pub fn probe_device(name: &str, require_var: &str, available: impl FnOnce() -> bool) -> bool {
+    let required = std::env::var(require_var).is_ok_and(|v| v == "1")
+        || std::env::var("LOWP_TEST_DEVICE").is_ok_and(|v| v == name);
+    let ok = available();
+    if !ok {
+        assert!(
+            !required,
+            "{require_var}/LOWP_TEST_DEVICE demand the {name} runtime, but none was found"
+        );
+        eprintln!("skipping {name} kernel tests: no {name} device on this machine");
+    }
+    ok
+}
+
+/// The recipe files: `LOWP_RECIPES`, else this repository's `recipes/`, else `./recipes` (the GPU
+/// bundle runs from a copy of the repository root).
+pub fn recipes_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LOWP_RECIPES") {
+        return PathBuf::from(dir);
+    }
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    if here.is_dir() {
+        here
+    } else {
+        PathBuf::from("recipes")
+    }
+}

@@ -11,22 +11,6 @@ use burn_lowp::format::{
 
 use crate::common::SplitMix;
 
-/// Whether a backend's tests can run here. A missing runtime skips them with a message, unless
-/// `require_var` (or `LOWP_TEST_DEVICE=<name>`) demands the runtime, which fails the test instead.
-pub fn probe_device(name: &str, require_var: &str, available: impl FnOnce() -> bool) -> bool {
-    let required = std::env::var(require_var).is_ok_and(|v| v == "1")
-        || std::env::var("LOWP_TEST_DEVICE").is_ok_and(|v| v == name);
-    let ok = available();
-    if !ok {
-        assert!(
-            !required,
-            "{require_var}/LOWP_TEST_DEVICE demand the {name} runtime, but none was found"
-        );
-        eprintln!("skipping {name} kernel tests: no {name} device on this machine");
-    }
-    ok
-}
-
 /// Every format configuration the kernels implement.
 pub fn configs() -> Vec<(&'static str, FormatConfig)> {
     let current = |fp8, pow2| {

@@ -1,0 +1,32 @@
+//! CUDA: the small MLP of `modules/suite.rs` trained under every recipe file on a BF16
+//! `CubeBackend` (BF16 parameters and activations, f32 scales and amaxes), which is how models
+//! train on a GPU. Its own test binary because Burn keeps default dtypes per device, not per
+//! backend type: in one process, the first backend to touch CUDA device 0 decides the float
+//! type that every other backend's new tensors on it get.
+
+mod common;
+
+#[allow(dead_code, unused_macros, unused_imports)]
+#[path = "modules/suite.rs"]
+mod suite;
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use burn_cubecl::CubeBackend;
+    use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+
+    type Bf16Backend = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
+
+    #[test]
+    fn a_small_bf16_mlp_learns_under_every_recipe_file() {
+        let device = crate::common::probe_device(
+            "cuda",
+            "LOWP_REQUIRE_CUDA",
+            burn_lowp::backend::device::cuda_available,
+        )
+        .then(|| CudaDevice::new(0));
+        if let Some(d) = device {
+            crate::suite::check_mlp_learns_under_every_recipe::<Bf16Backend>(&d);
+        }
+    }
+}
