@@ -1,0 +1,280 @@
+//! GEMM and Linear-step throughput on CUDA, printed as JSON lines (`benches/gemm_torch.py` is the
+//! PyTorch peer and joins both into ratios).
+//!
+//! `cargo bench --features cuda --bench gemm`:
+//! * `gemm`: fprop `Y[M,N] = X[M,K]·W[N,K]ᵀ` on pre-quantized operands, BF16 output, for BF16
+//!   (cuBLASLt BF16), FP8 per-tensor (E4M3 x E4M3, fast accumulation) and FP8 block (1x128 x
+//!   128x128) on 4096³, 8192³ and 16384x8192x8192, each with both stream orderings
+//!   (`device_flags`, the default, and `host_sync`); TFLOP/s = 2·M·N·K / time.
+//! * `gemm_raw`: the same BF16 GEMMs enqueued straight on our cuBLASLt stream, no CubeCL ordering
+//!   at all, and small shapes where a per-GEMM overhead shows: the interop cost is the difference.
+//! * `linear_step`: `Linear` (8192 -> 8192, bias, BF16 parameters and activations) forward +
+//!   backward on 8192 tokens under the bf16, current_scaling, delayed_scaling and block_scaling
+//!   recipes, weight quantized every step (no micro-batch cache), quantization included.
+//! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
+//! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
+
+use std::time::Instant;
+
+use burn::backend::Autodiff;
+use burn::tensor::{Distribution, Tensor};
+use burn_cubecl::CubeBackend;
+use burn_lowp::backend::cublaslt::{
+    set_stream_ordering, CublasLt, LtGemm, LtOperand, StreamOrdering,
+};
+use burn_lowp::backend::{GemmKind, GemmOptions, LowpBackend};
+use burn_lowp::format::fp8_block::BlockShape;
+use burn_lowp::format::{Fp8Format, Usage};
+use burn_lowp::nn::LinearConfig;
+use burn_lowp::quant::{quantize, IdentityDtype, QuantizeCall, QuantizedTensor, QuantizerSpec};
+use burn_lowp::recipe::Recipe;
+use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_lowp_kernels::cubecl::prelude::*;
+use cudarc::cublaslt::sys::cudaDataType_t as DataType;
+
+type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
+
+fn sync(client: &ComputeClient<CudaRuntime>) {
+    burn_lowp_kernels::cubecl::future::block_on(client.sync()).expect("device sync");
+}
+
+/// Seconds per call of `f`: after warm-up (kernel compilation, algorithm choice), the best of
+/// three timed runs of `iterations` calls, so that a clock or power dip in one run does not
+/// decide a ratio.
+fn time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    sync(client);
+    (0..3)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..iterations {
+                f();
+            }
+            sync(client);
+            start.elapsed().as_secs_f64() / iterations as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// `LOWP_BENCH_FILTER=text` runs only the cases whose name (`gemm bf16 8192x8192x8192`,
+/// `linear_step current_scaling`, ...) contains `text` (for profiling one case).
+fn selected(name: &str) -> bool {
+    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
+}
+
+fn quantized(x: &Tensor<B, 2>, spec: &QuantizerSpec) -> QuantizedTensor<B> {
+    quantize::<B>(
+        x.clone().into_primitive().tensor(),
+        spec,
+        Usage::ROWWISE,
+        false,
+        &QuantizeCall::new(0),
+    )
+    .expect("quantize")
+}
+
+fn recipe(name: &str) -> Recipe {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    let dir = if dir.is_dir() { dir } else { "recipes".into() };
+    Recipe::load(dir.join(name)).expect("recipe file")
+}
+
+fn main() {
+    if !burn_lowp::backend::device::cuda_available() {
+        eprintln!("gemm bench: no CUDA device, nothing to measure");
+        return;
+    }
+    let device = CudaDevice::new(0);
+    let client = CudaRuntime::client(&device);
+    let fp8 = QuantizerSpec::Fp8Current {
+        fp8: Fp8Format::E4M3,
+        pow2_scales: false,
+        amax_epsilon: 0.0,
+    };
+    let block = |block| QuantizerSpec::Fp8Block {
+        fp8: Fp8Format::E4M3,
+        block,
+        pow2_scales: true,
+        amax_epsilon: 0.0,
+    };
+    let bf16 = QuantizerSpec::Identity {
+        dtype: IdentityDtype::Bf16,
+    };
+    let formats: Vec<(&str, QuantizerSpec, QuantizerSpec)> = vec![
+        ("bf16", bf16.clone(), bf16.clone()),
+        ("fp8_tensor", fp8.clone(), fp8.clone()),
+        (
+            "fp8_block",
+            block(BlockShape::OneByOneTwentyEight),
+            block(BlockShape::OneTwentyEightSquare),
+        ),
+    ];
+    let options = || GemmOptions::<B> {
+        out_dtype: burn::tensor::FloatDType::BF16,
+        accumulate: None,
+    };
+    let shapes = [
+        (1024usize, 1024usize, 1024usize),
+        (2048, 2048, 2048),
+        (4096, 4096, 4096),
+        (8192, 8192, 8192),
+        (16384, 8192, 8192),
+    ];
+    for (m, n, k) in shapes {
+        let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), &device);
+        let w = Tensor::<B, 2>::random([n, k], Distribution::Normal(0.0, 1.0), &device);
+        let flops = 2.0 * (m * n * k) as f64;
+        let iterations = (1e14 / flops).clamp(20.0, 400.0) as usize;
+        let small = m < 4096;
+        for (name, xs, ws) in &formats {
+            if (small && *name != "bf16") || !selected(&format!("gemm {name} {m}x{n}x{k}")) {
+                continue;
+            }
+            let (qx, qw) = (quantized(&x, xs), quantized(&w, ws));
+            let path = B::gemm_path(GemmKind::Fprop, &qx, &qw);
+            if let Err(e) = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()) {
+                println!(
+                    "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"error\":{:?}}}",
+                    e.to_string()
+                );
+                continue;
+            }
+            for (ordering_name, ordering) in [
+                ("device_flags", StreamOrdering::DeviceFlags),
+                ("host_sync", StreamOrdering::HostSync),
+            ] {
+                set_stream_ordering(ordering);
+                let seconds = time(&client, iterations, || {
+                    let _ = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
+                });
+                println!(
+                    "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"path\":\"{path:?}\",\"ordering\":\"{ordering_name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+                    seconds * 1e6,
+                    flops / seconds / 1e12
+                );
+            }
+            set_stream_ordering(StreamOrdering::DeviceFlags);
+        }
+        // The same BF16 GEMM straight on our stream: no ordering against CubeCL at all.
+        if !selected(&format!("gemm_raw bf16 {m}x{n}x{k}")) {
+            continue;
+        }
+        let (xb, wb, out) = (
+            x.clone().into_primitive().tensor(),
+            w.clone().into_primitive().tensor(),
+            client.empty(m * n * 2),
+        );
+        let pins: Vec<_> = [&xb.handle, &wb.handle, &out]
+            .iter()
+            .map(|h| client.get_resource((*h).clone()).expect("pin"))
+            .collect();
+        sync(&client);
+        let ptr: Vec<u64> = pins.iter().map(|p| p.resource().ptr).collect();
+        let gemm = LtGemm {
+            m: n as u64,
+            n: m as u64,
+            k: k as u64,
+            a: LtOperand {
+                ptr: ptr[1],
+                dtype: DataType::CUDA_R_16BF,
+                transpose: true,
+                ld: k as i64,
+                scale: None,
+            },
+            b: LtOperand {
+                ptr: ptr[0],
+                dtype: DataType::CUDA_R_16BF,
+                transpose: false,
+                ld: k as i64,
+                scale: None,
+            },
+            c: None,
+            d: ptr[2],
+            d_dtype: DataType::CUDA_R_16BF,
+            fast_accum: false,
+        };
+        let raw = |count: usize| {
+            CublasLt::with(0, |lt| {
+                for _ in 0..count {
+                    unsafe { lt.enqueue(&gemm)? };
+                }
+                lt.synchronize()
+            })
+            .expect("raw cuBLASLt")
+        };
+        raw(3);
+        let seconds = (0..3)
+            .map(|_| {
+                let start = Instant::now();
+                raw(iterations);
+                start.elapsed().as_secs_f64() / iterations as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "{{\"bench\":\"gemm_raw\",\"format\":\"bf16\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+            seconds * 1e6,
+            flops / seconds / 1e12
+        );
+        drop(pins);
+    }
+
+    // Linear forward + backward, 8192 tokens, 8192 -> 8192.
+    type AD = Autodiff<B>;
+    let (tokens, features) = (8192usize, 8192usize);
+    let x = Tensor::<AD, 2>::from_inner(Tensor::<B, 2>::random(
+        [tokens, features],
+        Distribution::Normal(0.0, 1.0),
+        &device,
+    ))
+    .require_grad();
+    for name in [
+        "bf16",
+        "current_scaling",
+        "delayed_scaling",
+        "block_scaling",
+    ] {
+        if !selected(&format!("linear_step {name}")) {
+            continue;
+        }
+        let linear = LinearConfig::new(features, features)
+            .init::<AD>(&recipe(&format!("{name}.json")), &device)
+            .expect("linear");
+        let step = || {
+            let y = linear.forward(x.clone()).expect("forward");
+            let grads = y.backward();
+            let _ = linear.weight.grad(&grads);
+            linear.end_step();
+        };
+        // `LOWP_BENCH_PROFILE_STEPS=n`: run n untimed steps only (under a profiler such as ncu).
+        if let Some(steps) = std::env::var("LOWP_BENCH_PROFILE_STEPS")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+        {
+            for _ in 0..steps {
+                step();
+            }
+            sync(&client);
+            continue;
+        }
+        // A failing recipe reports itself and the others still run.
+        let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            time(&client, 20, step)
+        })) {
+            Ok(seconds) => seconds,
+            Err(_) => {
+                println!(
+                    "{{\"bench\":\"linear_step\",\"recipe\":\"{name}\",\"error\":\"panicked\"}}"
+                );
+                continue;
+            }
+        };
+        let flops = 3.0 * 2.0 * (tokens * features * features) as f64;
+        println!(
+            "{{\"bench\":\"linear_step\",\"recipe\":\"{name}\",\"tokens\":{tokens},\"in\":{features},\"out\":{features},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+            seconds * 1e6,
+            flops / seconds / 1e12
+        );
+    }
+}
