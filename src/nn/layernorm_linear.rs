@@ -5,7 +5,7 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use serde::{Deserialize, Serialize};
 
 use super::linear::linear_forward;
@@ -101,8 +101,10 @@ impl LayerNormLinearConfig {
     }
 }
 
-impl<B: Backend> LayerNormLinear<B> {
+impl<B: LowpLinear> LayerNormLinear<B> {
     /// The normalization alone: `(x - μ) / sqrt(σ² + ε) · γ + β` or `x / sqrt(mean(x²) + ε) · γ`.
+    /// `· γ` and `+ β` are the row-broadcast ops of `ops/row_broadcast.rs`, whose γ and β
+    /// gradients sum over rows at memory speed.
     pub fn normalize<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let last = D - 1;
         let normalized = match self.normalization {
@@ -119,19 +121,24 @@ impl<B: Backend> LayerNormLinear<B> {
         if self.zero_centered_gamma {
             gamma = gamma + 1.0;
         }
-        let mut y = normalized * gamma.unsqueeze::<D>();
+        let dims = normalized.dims();
+        let features = dims[last];
+        let rows = normalized.shape().num_elements() / features;
+        let flat = normalized
+            .reshape([rows, features])
+            .into_primitive()
+            .tensor();
+        let mut y = B::lowp_mul_rows(flat, gamma.into_primitive().tensor());
         if let Some(beta) = &self.norm_bias {
-            y = y + beta.val().unsqueeze::<D>();
+            y = B::lowp_add_bias(y, beta.val().into_primitive().tensor());
         }
-        y
+        Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y)).reshape(dims)
     }
 
     pub fn end_step(&self) {
         self.lowp.end_step();
     }
-}
 
-impl<B: LowpLinear> LayerNormLinear<B> {
     /// Returns the linear output, and the norm's output when `return_layernorm_output`.
     pub fn forward<const D: usize>(
         &self,

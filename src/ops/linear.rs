@@ -108,9 +108,14 @@ pub trait LowpLinear: Backend {
         op: LinearOp<Self::Quant>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
 
-    /// `y [M, N] + bias [N]` broadcast over rows (see `ops/bias.rs` for its backward).
+    /// `y [M, N] + bias [N]` broadcast over rows (see `ops/row_broadcast.rs` for its backward).
     fn lowp_add_bias(y: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        super::bias::add_bias_rows::<Self>(y, bias)
+        super::row_broadcast::add_bias_rows::<Self>(y, bias)
+    }
+
+    /// `x [M, K] * gamma [K]` broadcast over rows (LayerNorm's scale).
+    fn lowp_mul_rows(x: FloatTensor<Self>, gamma: FloatTensor<Self>) -> FloatTensor<Self> {
+        super::row_broadcast::mul_rows::<Self>(x, gamma)
     }
 }
 
@@ -287,7 +292,11 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
     }
 
     fn lowp_add_bias(y: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        super::bias::add_bias_rows_autodiff::<B, C>(y, bias)
+        super::row_broadcast::add_bias_rows_autodiff::<B, C>(y, bias)
+    }
+
+    fn lowp_mul_rows(x: FloatTensor<Self>, gamma: FloatTensor<Self>) -> FloatTensor<Self> {
+        super::row_broadcast::mul_rows_autodiff::<B, C>(x, gamma)
     }
 
     fn lowp_linear(

@@ -1,6 +1,6 @@
 //! Differentiable ops whose backward passes run quantized GEMMs.
 
-pub mod bias;
 pub mod linear;
+pub mod row_broadcast;
 
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

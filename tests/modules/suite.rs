@@ -601,6 +601,60 @@ pub fn check_weight_cache<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// LayerNorm's gradients through the row-broadcast ops (γ, β, and X through the normalization)
+/// against the same expression in plain Burn ops, on 600 rows (two blocks of 256 and a tail):
+/// within f32 summation error (the sums run in a different order).
+pub fn check_layernorm_gradients<B: LowpBackend + burn_lowp::ops::LowpLinear>(device: &B::Device) {
+    type AD<B> = Autodiff<B>;
+    let (rows, features) = (600, 32);
+    let module: LayerNormLinear<AD<B>> = LayerNormLinearConfig::new(features, 16)
+        .with_return_layernorm_output(true)
+        .init(&recipe("bf16.json"), device)
+        .unwrap();
+    let gamma = Tensor::<AD<B>, 1>::random([features], Distribution::Normal(1.0, 0.5), device);
+    let beta = Tensor::<AD<B>, 1>::random([features], Distribution::Normal(0.0, 0.5), device);
+    let module = LayerNormLinear {
+        norm_weight: burn::module::Param::from_tensor(gamma.clone()),
+        norm_bias: Some(burn::module::Param::from_tensor(beta.clone())),
+        ..module
+    };
+    let x = Tensor::<AD<B>, 2>::random([rows, features], Distribution::Normal(0.5, 2.0), device)
+        .require_grad();
+    let dy = Tensor::<AD<B>, 2>::random([rows, features], Distribution::Normal(0.0, 1.0), device);
+    let (_, ln) = module.forward(x.clone()).unwrap();
+    let grads = (ln.unwrap() * dy.clone()).sum().backward();
+    // Plain Burn.
+    let x_ref = Tensor::<AD<B>, 2>::from_inner(x.clone().inner()).require_grad();
+    let g_ref = Tensor::<AD<B>, 1>::from_inner(gamma.inner()).require_grad();
+    let b_ref = Tensor::<AD<B>, 1>::from_inner(beta.inner()).require_grad();
+    let centered = x_ref.clone() - x_ref.clone().mean_dim(1);
+    let var = centered.clone().powi_scalar(2).mean_dim(1);
+    let ln_ref =
+        centered / (var + 1e-5).sqrt() * g_ref.clone().unsqueeze() + b_ref.clone().unsqueeze();
+    let grads_ref = (ln_ref * dy).sum().backward();
+    let close = |got: Vec<f32>, want: Vec<f32>, what: &str| {
+        let scale = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max).max(1.0);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * scale, "{what}[{i}]: {g} vs {w}");
+        }
+    };
+    close(
+        values(module.norm_weight.grad(&grads).unwrap()),
+        values(g_ref.grad(&grads_ref).unwrap()),
+        "dgamma",
+    );
+    close(
+        values(module.norm_bias.as_ref().unwrap().grad(&grads).unwrap()),
+        values(b_ref.grad(&grads_ref).unwrap()),
+        "dbeta",
+    );
+    close(
+        values(x.grad(&grads).unwrap()),
+        values(x_ref.grad(&grads_ref).unwrap()),
+        "dX",
+    );
+}
+
 pub fn check_layernorm_linear<B: LowpBackend + burn_lowp::ops::LowpLinear>(device: &B::Device) {
     type AD<B> = Autodiff<B>;
     let x = Tensor::<B, 2>::random([32, 64], Distribution::Normal(2.0, 3.0), device);
@@ -776,6 +830,13 @@ macro_rules! module_suite {
         fn bias_gradient_sums_the_output_gradient_over_rows() {
             if let Some(d) = $device {
                 crate::suite::check_bias_gradient::<$backend>(&d);
+            }
+        }
+
+        #[test]
+        fn layernorm_gradients_match_plain_burn() {
+            if let Some(d) = $device {
+                crate::suite::check_layernorm_gradients::<$backend>(&d);
             }
         }
 
