@@ -532,7 +532,9 @@ fn host_synchronized(
 /// Reads the TIMED_OUT word of the calling stream's flags (synchronizes): 0 unless a wait kernel
 /// gave up, in which case it is the value of the GEMM it gave up on. For tests and diagnostics.
 pub fn timed_out_gemm(client: &ComputeClient<CudaRuntime>, device: usize) -> Result<u32> {
-    let handle = CublasLt::with(device, |lt| Ok(lt.stream_flags(client)?.handle.clone()))?;
+    let handle = client
+        .exclusive(|| CublasLt::with(device, |lt| Ok(lt.stream_flags(client)?.handle.clone())))
+        .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))??;
     let bytes = client
         .read_one(handle)
         .map_err(|e| LowpError::invalid("CubeCL", "read flags", format!("{e:?}")))?;
@@ -545,7 +547,23 @@ pub fn timed_out_gemm(client: &ComputeClient<CudaRuntime>, device: usize) -> Res
 
 /// Runs a GEMM on CubeCL buffers. `buffers` are every buffer the GEMM reads or writes; `build`
 /// turns their device pointers (same order) into the GEMM.
+///
+/// Everything runs as one task on CubeCL's device thread (`client.exclusive`), where CubeCL's
+/// own calls (launching the flag kernels, pinning each buffer) execute inline instead of each
+/// being a blocking round trip through its channel. It also means the cuBLASLt state lock is
+/// only ever taken on device threads, never by a thread that then waits for one.
 pub fn run_on_cubecl_buffers(
+    client: &ComputeClient<CudaRuntime>,
+    device: usize,
+    buffers: &[&Handle],
+    build: impl FnOnce(&[u64]) -> LtGemm + Send,
+) -> Result<()> {
+    client
+        .exclusive(|| run_on_device_thread(client, device, buffers, build))
+        .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?
+}
+
+fn run_on_device_thread(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
