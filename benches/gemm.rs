@@ -16,6 +16,10 @@
 
 use std::time::Instant;
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::{sync, time};
+
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
@@ -33,30 +37,6 @@ use burn_lowp_kernels::cubecl::prelude::*;
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
-
-fn sync(client: &ComputeClient<CudaRuntime>) {
-    burn_lowp_kernels::cubecl::future::block_on(client.sync()).expect("device sync");
-}
-
-/// Seconds per call of `f`: after warm-up (kernel compilation, algorithm choice), the best of
-/// three timed runs of `iterations` calls, so that a clock or power dip in one run does not
-/// decide a ratio.
-fn time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    sync(client);
-    (0..3)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            sync(client);
-            start.elapsed().as_secs_f64() / iterations as f64
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 /// `LOWP_BENCH_FILTER=text` runs only the cases whose name (`gemm bf16 8192x8192x8192`,
 /// `linear_step current_scaling`, ...) contains `text` (for profiling one case).
@@ -146,7 +126,7 @@ fn main() {
                 ("host_sync", StreamOrdering::HostSync),
             ] {
                 set_stream_ordering(ordering);
-                let seconds = time(&client, iterations, || {
+                let seconds = time(&client, iterations, 3, || {
                     let _ = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
                 });
                 println!(
@@ -260,7 +240,7 @@ fn main() {
         }
         // A failing recipe reports itself and the others still run.
         let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            time(&client, 20, step)
+            time(&client, 20, 3, step)
         })) {
             Ok(seconds) => seconds,
             Err(_) => {

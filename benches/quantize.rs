@@ -8,7 +8,9 @@
 //! Timing: wall clock around N back-to-back launches between two device synchronizations, which
 //! includes launch and output-allocation overhead.
 
-use std::time::Instant;
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
 
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::LowpBackend;
@@ -21,24 +23,6 @@ use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 
 type Backend = CubeBackend<CudaRuntime, f32, i32, u8>;
-
-fn sync(client: &ComputeClient<CudaRuntime>) {
-    burn_lowp_kernels::cubecl::future::block_on(client.sync()).expect("device sync");
-}
-
-/// Seconds per call of `f`, after warm-up (which also compiles the kernels).
-fn time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..3 {
-        f();
-    }
-    sync(client);
-    let start = Instant::now();
-    for _ in 0..iterations {
-        f();
-    }
-    sync(client);
-    start.elapsed().as_secs_f64() / iterations as f64
-}
 
 /// Bytes a quantizer writes for `elements` values in one direction (codes + scales).
 fn output_bytes(config: &FormatConfig, elements: usize) -> usize {
@@ -150,14 +134,14 @@ fn main() {
         let input = Backend::float_from_host(&x, &device);
         let iterations = if elements > 50_000_000 { 20 } else { 100 };
         let input_bytes = elements * 2;
-        let copy_seconds = time(&client, iterations, || {
+        let copy_seconds = time(&client, iterations, 1, || {
             let _ = burn_lowp_kernels::copy(&client, &input.handle, input_bytes);
         });
         let copy_gbps = 2.0 * input_bytes as f64 / copy_seconds / 1e9;
         println!("{{\"bench\":\"copy\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{copy_gbps:.1}}}", copy_seconds * 1e6);
         for (name, config) in &configs {
             for (usage_name, usage) in usages {
-                let seconds = time(&client, iterations, || {
+                let seconds = time(&client, iterations, 1, || {
                     let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
                         .expect("quantize");
                 });
