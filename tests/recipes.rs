@@ -613,6 +613,40 @@ fn delayed_scaling_follows_tes_rule_step_by_step() {
     }
 }
 
+/// TE's default history (1024 steps, `max`), long enough for the blocked maximum: each slot's
+/// scale comes from the largest amax of the last 1024 steps (an amax of 896 recorded at step 7
+/// rules until step 1030), and a NaN in the history never becomes a scale.
+#[test]
+fn delayed_scaling_max_over_a_long_history() {
+    let device = Default::default();
+    let config = DelayedScalingConfig::default();
+    assert_eq!(config.amax_history_len, 1024);
+    assert_eq!(config.amax_compute_algo, AmaxComputeAlgo::Max);
+    let state = DelayedScalingState::<NdArray>::new(&config, 3, &device);
+    let amax = |step: usize, slot: usize| match (slot, step) {
+        (0, _) => 1.0 + (step % 97) as f32,
+        (1, 7) => 896.0,
+        (1, _) => 0.5,
+        (_, 40) => f32::NAN,
+        _ => 2.0,
+    };
+    for step in 0..1100 {
+        for slot in 0..3 {
+            state.record_amax(slot, Tensor::from_floats([amax(step, slot)], &device));
+        }
+        state.update(&config, Fp8Format::E4M3);
+        let largest = |slot: usize| {
+            (step.saturating_sub(1023)..=step)
+                .map(|s| amax(s, slot))
+                .fold(f32::MIN, f32::max)
+        };
+        let scales = values(state.scale.value());
+        assert_eq!(scales[0], 448.0 / largest(0), "step {step}, slot 0");
+        assert_eq!(scales[1], 448.0 / largest(1), "step {step}, slot 1");
+        assert_eq!(scales[2], 224.0, "step {step}, slot 2");
+    }
+}
+
 #[test]
 fn delayed_scaling_state_is_saved_and_loaded_with_the_record() {
     use burn::module::Module;
