@@ -337,27 +337,109 @@ impl CublasLt {
         let algo = match self.algos.get(&key) {
             Some(algo) => *algo,
             None => {
-                let pref = lt::create_matmul_pref().map_err(lt_error("create preference"))?;
-                let bytes = self.workspace_size as u64;
-                let heuristic = unsafe {
-                    lt::set_matmul_pref_attribute(
-                        pref,
-                        lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                        &bytes as *const u64 as *const c_void,
-                        8,
-                    )
-                    .map_err(lt_error("set preference"))
-                    .and_then(|_| {
-                        lt::get_matmul_algo_heuristic(self.handle, desc, a, b, d, d, pref)
-                            .map_err(lt_error("no cuBLASLt algorithm for this GEMM"))
-                    })
-                };
-                let _ = unsafe { lt::destroy_matmul_pref(pref) };
-                let algo = heuristic?.algo;
+                let algo = unsafe { self.choose_algo(desc, g, a, b, d)? };
                 self.algos.insert(key, algo);
                 algo
             }
         };
+        unsafe { self.matmul(desc, g, &algo, a, b, d) }
+    }
+
+    /// The algorithm for a new GEMM shape: cuBLASLt's heuristic proposes up to `CANDIDATES`;
+    /// each is timed on this very GEMM (a warm-up run, then `TIMED_RUNS` between two events) and
+    /// the fastest is kept. Every run writes the same D (`A·B`, or `A·B + C` from another buffer),
+    /// so the result is the same whichever ran last. One host wait per new shape.
+    /// `LOWP_GEMM_AUTOTUNE=0` keeps the heuristic's first choice (what TE does).
+    unsafe fn choose_algo(
+        &mut self,
+        desc: lts::cublasLtMatmulDesc_t,
+        g: &LtGemm,
+        a: lts::cublasLtMatrixLayout_t,
+        b: lts::cublasLtMatrixLayout_t,
+        d: lts::cublasLtMatrixLayout_t,
+    ) -> Result<lts::cublasLtMatmulAlgo_t> {
+        const CANDIDATES: usize = 8;
+        const TIMED_RUNS: usize = 3;
+        let pref = lt::create_matmul_pref().map_err(lt_error("create preference"))?;
+        let bytes = self.workspace_size as u64;
+        let mut results: [lts::cublasLtMatmulHeuristicResult_t; CANDIDATES] =
+            unsafe { std::mem::zeroed() };
+        let mut count: std::ffi::c_int = 0;
+        let status = unsafe {
+            lt::set_matmul_pref_attribute(
+                pref,
+                lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &bytes as *const u64 as *const c_void,
+                8,
+            )
+            .map_err(lt_error("set preference"))
+            .and_then(|_| {
+                lts::cublasLtMatmulAlgoGetHeuristic(
+                    self.handle,
+                    desc,
+                    a,
+                    b,
+                    d,
+                    d,
+                    pref,
+                    CANDIDATES as std::ffi::c_int,
+                    results.as_mut_ptr(),
+                    &mut count,
+                )
+                .result()
+                .map_err(lt_error("algorithm heuristic"))
+            })
+        };
+        let _ = unsafe { lt::destroy_matmul_pref(pref) };
+        status?;
+        let candidates: Vec<_> = results[..count.max(0) as usize]
+            .iter()
+            .filter(|r| r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| r.algo)
+            .collect();
+        let Some(&first) = candidates.first() else {
+            return Err(LowpError::invalid(
+                "cuBLASLt",
+                "no cuBLASLt algorithm for this GEMM",
+                format!("{g:?}"),
+            ));
+        };
+        if candidates.len() == 1 || std::env::var("LOWP_GEMM_AUTOTUNE").as_deref() == Ok("0") {
+            return Ok(first);
+        }
+        let timing = Some(cuda::CUevent_flags::CU_EVENT_DEFAULT);
+        let mut best = (f32::INFINITY, first);
+        for algo in candidates {
+            if unsafe { self.matmul(desc, g, &algo, a, b, d) }.is_err() {
+                continue;
+            }
+            let start = self
+                .stream
+                .record_event(timing)
+                .map_err(driver_error("event"))?;
+            let ran =
+                (0..TIMED_RUNS).all(|_| unsafe { self.matmul(desc, g, &algo, a, b, d) }.is_ok());
+            let end = self
+                .stream
+                .record_event(timing)
+                .map_err(driver_error("event"))?;
+            let ms = start.elapsed_ms(&end).map_err(driver_error("event time"))?;
+            if ran && ms < best.0 {
+                best = (ms, algo);
+            }
+        }
+        Ok(best.1)
+    }
+
+    unsafe fn matmul(
+        &mut self,
+        desc: lts::cublasLtMatmulDesc_t,
+        g: &LtGemm,
+        algo: &lts::cublasLtMatmulAlgo_t,
+        a: lts::cublasLtMatrixLayout_t,
+        b: lts::cublasLtMatrixLayout_t,
+        d: lts::cublasLtMatrixLayout_t,
+    ) -> Result<()> {
         let alpha = 1.0f32;
         let beta = if g.c.is_some() { 1.0f32 } else { 0.0f32 };
         let c = g.c.unwrap_or(g.d);
@@ -376,7 +458,7 @@ impl CublasLt {
                 d,
                 g.d as *mut c_void,
                 d,
-                &algo,
+                algo,
                 workspace as *mut c_void,
                 self.workspace_size,
                 self.stream.cu_stream() as lts::cudaStream_t,
