@@ -135,6 +135,16 @@ pub struct QuantizeOutput {
     pub columnwise: Option<DirectionOutput>,
 }
 
+impl QuantizeOutput {
+    /// The outputs of the directions asked for (a kernel allocates both; the other is dropped).
+    fn kept(directions: Directions, rowwise: DirectionOutput, columnwise: DirectionOutput) -> Self {
+        QuantizeOutput {
+            rowwise: directions.rowwise.then_some(rowwise),
+            columnwise: directions.columnwise.then_some(columnwise),
+        }
+    }
+}
+
 /// A cube count of at least `cubes` cubes, spread over dimensions within the hardware limits
 /// (kernels index with ABSOLUTE_POS and check bounds, so extra cubes idle).
 fn linear_cubes<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> CubeCount {
@@ -308,10 +318,11 @@ pub fn quantize_fp8_tensor<R: Runtime>(
         scales: scale_inv.clone(),
         amax: Some(amax_out.clone()),
     };
-    Ok(QuantizeOutput {
-        rowwise: directions.rowwise.then(|| side(rowwise)),
-        columnwise: directions.columnwise.then(|| side(columnwise)),
-    })
+    Ok(QuantizeOutput::kept(
+        directions,
+        side(rowwise),
+        side(columnwise),
+    ))
 }
 
 /// FP8 block scaling (1x128 or 128x128). Needs `M % 128 == 0` and `K % 128 == 0`.
@@ -373,18 +384,19 @@ pub fn quantize_fp8_block<R: Runtime>(
             config,
         )
     };
-    Ok(QuantizeOutput {
-        rowwise: directions.rowwise.then(|| DirectionOutput {
+    Ok(QuantizeOutput::kept(
+        directions,
+        DirectionOutput {
             codes: rowwise,
             scales: rowwise_scales,
             amax: None,
-        }),
-        columnwise: directions.columnwise.then(|| DirectionOutput {
+        },
+        DirectionOutput {
             codes: columnwise,
             scales: columnwise_scales,
             amax: None,
-        }),
-    })
+        },
+    ))
 }
 
 /// Byte sizes of MXFP8 compact scales: rowwise `[roundup(M,128), roundup(K/32,4)]`, columnwise
@@ -474,18 +486,19 @@ pub fn quantize_mxfp8<R: Runtime>(
             config,
         )
     };
-    Ok(QuantizeOutput {
-        rowwise: directions.rowwise.then(|| DirectionOutput {
+    Ok(QuantizeOutput::kept(
+        directions,
+        DirectionOutput {
             codes: rowwise,
             scales: rowwise_scales,
             amax: None,
-        }),
-        columnwise: directions.columnwise.then(|| DirectionOutput {
+        },
+        DirectionOutput {
             codes: columnwise,
             scales: columnwise_scales,
             amax: None,
-        }),
-    })
+        },
+    ))
 }
 
 /// NVFP4 options.
@@ -577,18 +590,19 @@ pub fn quantize_nvfp4<R: Runtime>(
             config,
         )
     };
-    Ok(QuantizeOutput {
-        rowwise: directions.rowwise.then(|| DirectionOutput {
+    Ok(QuantizeOutput::kept(
+        directions,
+        DirectionOutput {
             codes: rowwise,
             scales: rowwise_scales,
             amax: Some(rowwise_amax),
-        }),
-        columnwise: directions.columnwise.then(|| DirectionOutput {
+        },
+        DirectionOutput {
             codes: columnwise,
             scales: columnwise_scales,
             amax: Some(columnwise_amax),
-        }),
-    })
+        },
+    ))
 }
 
 /// Swizzles a padded compact `[rows, cols]` byte matrix (`rows % 128 == 0`, `cols % 4 == 0`).
