@@ -28,12 +28,7 @@ mod cuda {
     type Backend = CubeBackend<CudaRuntime, f32, i32, u8>;
 
     fn device() -> Option<CudaDevice> {
-        crate::common::probe_device(
-            "cuda",
-            "LOWP_REQUIRE_CUDA",
-            burn_lowp::backend::device::cuda_available,
-        )
-        .then(|| CudaDevice::new(0))
+        crate::common::cuda_device()
     }
 
     crate::suite::module_suite!(Backend, device(), crate::suite::Exactness::Gpu);

@@ -13,19 +13,13 @@ mod suite;
 #[cfg(feature = "cuda")]
 mod cuda {
     use burn_cubecl::CubeBackend;
-    use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+    use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
 
     type Bf16Backend = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
 
     #[test]
     fn a_small_bf16_mlp_learns_under_every_recipe_file() {
-        let device = crate::common::probe_device(
-            "cuda",
-            "LOWP_REQUIRE_CUDA",
-            burn_lowp::backend::device::cuda_available,
-        )
-        .then(|| CudaDevice::new(0));
-        if let Some(d) = device {
+        if let Some(d) = crate::common::cuda_device() {
             crate::suite::check_mlp_learns_under_every_recipe::<Bf16Backend>(&d);
         }
     }

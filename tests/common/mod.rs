@@ -176,3 +176,15 @@ pub fn recipes_dir() -> PathBuf {
         PathBuf::from("recipes")
     }
 }
+
+/// CUDA device 0 when a CUDA GPU is there (`probe_device` rules: `LOWP_REQUIRE_CUDA=1` or
+/// `LOWP_TEST_DEVICE=cuda` make its absence a failure).
+#[cfg(feature = "cuda")]
+pub fn cuda_device() -> Option<burn_lowp_kernels::cubecl::cuda::CudaDevice> {
+    probe_device(
+        "cuda",
+        "LOWP_REQUIRE_CUDA",
+        burn_lowp::backend::device::cuda_available,
+    )
+    .then(|| burn_lowp_kernels::cubecl::cuda::CudaDevice::new(0))
+}
