@@ -2,5 +2,6 @@
 
 pub mod linear;
 pub mod row_broadcast;
+pub mod row_reduce;
 
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

@@ -1,12 +1,7 @@
 //! Ops that broadcast a row vector over the rows of a matrix (a bias `Y + b`, LayerNorm's
-//! `X · γ`), with backward passes whose vector gradients (`Σ_rows ...`) run at memory speed.
-//!
-//! Burn's own backward of `y + b.unsqueeze()` reduces dY along its rows with `sum_dim(0)`, whose
-//! CubeCL kernel gets one thread per group of columns: on an H100 it took 1.86 ms for an
-//! 8192x8192 BF16 dY (about 70 GB/s), longer than the FP8 GEMMs of the same Linear step.
-//! `column_sum` first sums blocks of 256 rows (as many threads as (block, column) pairs), then
-//! the block sums. Each stage accumulates in f32 and rounds to dY's dtype, so a BF16 bias
-//! gradient is rounded twice instead of once (documented in the tests' tolerances).
+//! `X · γ`), with backward passes whose vector gradients (`Σ_rows ...`) run at memory speed
+//! (`row_reduce.rs`) rather than through Burn's backward of a broadcast, whose `sum_dim(0)`
+//! took longer than the FP8 GEMMs of an 8192x8192 Linear step.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -17,6 +12,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
 
+use super::row_reduce::{reduce_rows, RowReduction};
+
 /// Rows summed per block in the first stage of `column_sum`.
 const BLOCK_ROWS: usize = 256;
 
@@ -24,28 +21,15 @@ fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// `Σ_rows t` of a `[rows, cols]` tensor, as `[cols]`.
+/// `Σ_rows t` of a `[rows, cols]` tensor, as `[cols]`. A BF16 sum is rounded twice (once per
+/// stage) instead of once.
 pub fn column_sum<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
     let t = tensor::<B, 2>(t);
-    let [rows, cols] = t.dims();
-    let head = rows / BLOCK_ROWS * BLOCK_ROWS;
-    let sums = if head >= 2 * BLOCK_ROWS {
-        let blocks = t
-            .clone()
-            .slice([0..head, 0..cols])
-            .reshape([head / BLOCK_ROWS, BLOCK_ROWS, cols])
-            .sum_dim(1)
-            .reshape([head / BLOCK_ROWS, cols])
-            .sum_dim(0);
-        if head < rows {
-            blocks + t.slice([head..rows, 0..cols]).sum_dim(0)
-        } else {
-            blocks
-        }
-    } else {
-        t.sum_dim(0)
-    };
-    sums.reshape([cols]).into_primitive().tensor()
+    let cols = t.dims()[1];
+    reduce_rows(t, BLOCK_ROWS, RowReduction::Sum)
+        .reshape([cols])
+        .into_primitive()
+        .tensor()
 }
 
 /// `y + bias` broadcast over rows, on any backend (no autodiff of its own).
