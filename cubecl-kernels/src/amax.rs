@@ -1,9 +1,11 @@
 //! Tensor amax (`max |x|`, NaN skipped): the first pass of FP8 current scaling and of NVFP4.
-//! The NVFP4 variant also takes the amax of the RHT-transformed transpose in the same read.
+//! The NVFP4 variant also takes the amax of the RHT-transformed transpose in the same read, and
+//! the grouped variant takes one amax per group of rows (MoE experts).
 //! Results are f32 bit patterns, reduced with an atomic u32 max (non-negative floats order like
 //! their bits), into buffers the caller zeroes first.
 
 use crate::codec::{abs_bits_for_amax, f16_bits_to_f32, load_chunk, ElemKind};
+use crate::group_layout::find_group;
 use crate::hadamard::rht16;
 use crate::reduce::cube_max_into;
 use cubecl::prelude::*;
@@ -33,7 +35,7 @@ pub fn amax_kernel<N: Size>(
         }
     }
     let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
-    cube_max_into(local, &mut scratch, out, AMAX_UNITS);
+    cube_max_into(local, &mut scratch, out, 0usize, AMAX_UNITS);
 }
 
 /// Elements `index` and `index + 1` (`index` even) of the raw input words.
@@ -97,7 +99,67 @@ pub fn amax_rht_kernel(
         }
     }
     let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
-    cube_max_into(local, &mut scratch, out_rowwise, AMAX_UNITS);
+    cube_max_into(local, &mut scratch, out_rowwise, 0usize, AMAX_UNITS);
     sync_cube();
-    cube_max_into(local_rht, &mut scratch, out_rht, AMAX_UNITS);
+    cube_max_into(local_rht, &mut scratch, out_rht, 0usize, AMAX_UNITS);
+}
+
+/// Rows of one band of the grouped amax kernel (a multiple of the RHT's 16, a divisor of a group's
+/// 128-row alignment, so a band never straddles two groups).
+pub const GROUP_AMAX_ROWS: usize = 16;
+/// Columns of one band: two per unit.
+pub const GROUP_AMAX_COLS: usize = 2 * AMAX_UNITS;
+
+/// One amax per group of rows (group g: rows `[group_start[g], group_start[g] + group_rows[g])`),
+/// and with `rht` one amax of `RHT(xᵀ)` per group too. A cube covers a band of 16 rows x 512
+/// columns, all in one group; bands past the last group (the zero tail) are skipped. Each unit
+/// folds a 16 x 2 piece, consecutive units taking consecutive column pairs (coalesced reads).
+#[cube(launch_unchecked)]
+pub fn group_amax_kernel(
+    input: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    out_rowwise: &mut Array<Atomic<u32>>,
+    out_rht: &mut Array<Atomic<u32>>,
+    cols: usize,
+    groups: usize,
+    #[comptime] kind: ElemKind,
+    #[comptime] rht: bool,
+) {
+    let row0 = CUBE_POS_Y as usize * GROUP_AMAX_ROWS;
+    let g = find_group(group_start, groups, row0);
+    let in_group = row0 - usize::cast_from(group_start[g]) < usize::cast_from(group_rows[g]);
+    // Uniform per cube: a tail band leaves before any synchronization.
+    if in_group {
+        let col0 = CUBE_POS_X as usize * GROUP_AMAX_COLS + UNIT_POS as usize * 2;
+        let mut a = Array::<f32>::new(16usize);
+        let mut b = Array::<f32>::new(16usize);
+        let mut local = 0u32;
+        let mut local_rht = 0u32;
+        if col0 < cols {
+            #[unroll]
+            for i in 0..16usize {
+                let (x, y) = load_pair(input, (row0 + i) * cols + col0, kind);
+                a[i] = x;
+                b[i] = y;
+                let m = max(abs_bits_for_amax(x), abs_bits_for_amax(y));
+                local = select(m > local, m, local);
+            }
+            if comptime![rht] {
+                rht16(&mut a, 0usize, 1usize, kind);
+                rht16(&mut b, 0usize, 1usize, kind);
+                #[unroll]
+                for i in 0..16usize {
+                    let m = max(abs_bits_for_amax(a[i]), abs_bits_for_amax(b[i]));
+                    local_rht = select(m > local_rht, m, local_rht);
+                }
+            }
+        }
+        let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
+        cube_max_into(local, &mut scratch, out_rowwise, g, AMAX_UNITS);
+        if comptime![rht] {
+            sync_cube();
+            cube_max_into(local_rht, &mut scratch, out_rht, g, AMAX_UNITS);
+        }
+    }
 }

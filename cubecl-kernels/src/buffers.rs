@@ -18,3 +18,11 @@ pub fn copy_kernel<N: Size>(input: &Array<Vector<u32, N>>, out: &mut Array<Vecto
         out[ABSOLUTE_POS] = input[ABSOLUTE_POS];
     }
 }
+
+/// Copies `out.len()` words starting at word `offset` of `input`.
+#[cube(launch_unchecked)]
+pub fn copy_words_kernel(input: &Array<u32>, out: &mut Array<u32>, offset: usize) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = input[offset + ABSOLUTE_POS];
+    }
+}

@@ -6,8 +6,12 @@
 //! so it writes 2 rowwise words per row and one columnwise word (4 codes along M) per column.
 //! Units are numbered row-group first, so the 8 units of a column write one contiguous 32-byte
 //! run of the transposed output.
+//!
+//! Grouped (MoE) mode gives each group of rows its own scale and its own transposed columnwise
+//! block, exactly as quantizing each group's slice on its own would.
 
 use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind, Fp8Kind};
+use crate::group_layout::find_group;
 use crate::reduce::cube_max_into;
 use crate::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
@@ -23,35 +27,55 @@ pub const FP8_TILE_COLS: usize = 8 * FP8_STRIPS;
 pub struct Fp8CastConfig {
     pub kind: ElemKind,
     pub fp8: Fp8Kind,
-    /// `scale_source[0]` is the tensor amax (current scaling) rather than the scale (delayed).
+    /// `scale_source[g]` is group g's amax (current scaling) rather than its scale (delayed).
     pub from_amax: bool,
     pub rule: ScaleRule,
     pub rowwise: bool,
     pub columnwise: bool,
-    /// Record this tensor's amax into `amax_out` (delayed scaling history).
+    /// Record each group's amax into `amax_out[g]` (delayed scaling history).
     pub record_amax: bool,
+    /// Rows form groups (`group_start`, `group_rows`), each with its own scale, its columnwise
+    /// copy transposed on its own (`[cols, rows_g]` at byte `start_g * cols`). Otherwise the whole
+    /// matrix is one group and the arrays are not read.
+    pub grouped: bool,
 }
 
+/// Quantizes a tile of 32 rows x 256 columns. A grouped tile lies in one group (groups are
+/// multiples of 32 rows); a tile past the last group (the zero tail) writes rowwise codes only.
 #[cube(launch_unchecked)]
 pub fn fp8_cast_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
     scale_source: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
     rowwise: &mut Array<u32>,
     columnwise: &mut Array<u32>,
     scale_inv_out: &mut Array<u32>,
     amax_out: &mut Array<Atomic<u32>>,
     rows: usize,
     cols: usize,
+    groups: usize,
     #[comptime] config: Fp8CastConfig,
 ) {
     let unit = UNIT_POS as usize;
     let group = unit % FP8_ROW_GROUPS;
     let strip = unit / FP8_ROW_GROUPS;
-    let row0 = CUBE_POS_Y as usize * FP8_TILE_ROWS + group * FP8_ROWS_PER_UNIT;
+    let tile_row0 = CUBE_POS_Y as usize * FP8_TILE_ROWS;
+    let row0 = tile_row0 + group * FP8_ROWS_PER_UNIT;
     let col0 = CUBE_POS_X as usize * FP8_TILE_COLS + strip * 8;
     let active = row0 < rows && col0 < cols;
 
-    let source = f32::reinterpret(scale_source[0]);
+    let mut g = 0usize;
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![config.grouped] {
+        g = find_group(group_start, groups, tile_row0);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    let in_group = tile_row0 - g_start < g_rows;
+
+    let source = f32::reinterpret(scale_source[g]);
     let scale = if comptime![config.from_amax] {
         scale_from_amax(source, config.rule)
     } else {
@@ -97,21 +121,36 @@ pub fn fp8_cast_kernel<N: Size>(
             }
         }
         if comptime![config.columnwise] {
-            #[unroll]
-            for j in 0..8usize {
-                let word = ((col0 + j) * rows + row0) / 4;
-                columnwise[word] = codes[j]
-                    | (codes[8 + j] << 8u32)
-                    | (codes[16 + j] << 16u32)
-                    | (codes[24 + j] << 24u32);
+            if in_group {
+                #[unroll]
+                for j in 0..8usize {
+                    let word =
+                        (g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 4;
+                    columnwise[word] = codes[j]
+                        | (codes[8 + j] << 8u32)
+                        | (codes[16 + j] << 16u32)
+                        | (codes[24 + j] << 24u32);
+                }
             }
         }
     }
     if comptime![config.record_amax] {
-        let mut scratch = SharedMemory::<u32>::new(FP8_UNITS);
-        cube_max_into(local_amax, &mut scratch, amax_out, FP8_UNITS);
+        // Uniform per cube.
+        if in_group {
+            let mut scratch = SharedMemory::<u32>::new(FP8_UNITS);
+            cube_max_into(local_amax, &mut scratch, amax_out, g, FP8_UNITS);
+        }
     }
-    if CUBE_POS == 0 && unit == 0 {
-        scale_inv_out[0] = u32::reinterpret(1.0f32 / scale);
+    if CUBE_POS == 0 {
+        // Every group's scale_inv, empty groups included.
+        for e in range_stepped(unit, groups, FP8_UNITS) {
+            let source = f32::reinterpret(scale_source[e]);
+            let scale = if comptime![config.from_amax] {
+                scale_from_amax(source, config.rule)
+            } else {
+                source
+            };
+            scale_inv_out[e] = u32::reinterpret(1.0f32 / scale);
+        }
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind};
 use crate::flags::{COLUMNWISE, ROWWISE};
+use crate::group_layout::find_group;
 use crate::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
 
@@ -25,6 +26,11 @@ pub struct Fp8BlockKernelConfig {
     pub block_2d: bool,
     /// Fully unroll the per-row / per-column loops (fast code; slow to compile on lavapipe).
     pub unroll: bool,
+    /// Rows form groups (multiples of 128 rows) whose columnwise copies are transposed each on
+    /// its own: codes `[cols, rows_g]` at `start_g * cols`, scales `[cols, rows_g / 128]` (1x128)
+    /// or `[cols / 128, rows_g / 128]` (128x128) at `start_g / 128` scale rows. Rowwise data does
+    /// not change: its blocks never cross rows.
+    pub grouped: bool,
 }
 
 #[cube(launch_unchecked)]
@@ -34,13 +40,25 @@ pub fn fp8_block_kernel<N: Size>(
     rowwise_scales: &mut Array<u32>,
     columnwise: &mut Array<u32>,
     columnwise_scales: &mut Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
     rows: usize,
     cols: usize,
+    groups: usize,
     flags: u32,
     #[comptime] config: Fp8BlockKernelConfig,
 ) {
     let rowwise_on = (flags & ROWWISE) != 0u32;
-    let columnwise_on = (flags & COLUMNWISE) != 0u32;
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![config.grouped] {
+        let g = find_group(group_start, groups, CUBE_POS_Y as usize * BLOCK_TILE);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    // A tile past the last group (the zero tail) has no columnwise place.
+    let columnwise_on = (flags & COLUMNWISE) != 0u32
+        && CUBE_POS_Y as usize * BLOCK_TILE - g_start < g_rows;
     let unit = UNIT_POS as usize;
     // Row groups vary fastest within a warp when the transposed columnwise copy is written (its
     // stores along M then coalesce); strips vary fastest for rowwise only (stores along K do).
@@ -138,7 +156,15 @@ pub fn fp8_block_kernel<N: Size>(
 
     // Scales (scale_inv), written by the unit that owns each block.
     let k_blocks = cols / BLOCK_TILE;
-    let m_blocks = rows / BLOCK_TILE;
+    let m_blocks = g_rows / BLOCK_TILE;
+    // The tile's row block within its group, and the group's first columnwise scale.
+    let group_tile_row = tile_row - g_start / BLOCK_TILE;
+    let scale_row_len = if comptime![config.block_2d] {
+        k_blocks
+    } else {
+        cols
+    };
+    let group_scale_base = (g_start / BLOCK_TILE) * scale_row_len;
     if comptime![config.block_2d] {
         if unit == 0 {
             let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(tile_amax[0]), config.rule);
@@ -146,7 +172,8 @@ pub fn fp8_block_kernel<N: Size>(
                 rowwise_scales[tile_row * k_blocks + tile_col] = u32::reinterpret(scale_inv);
             }
             if columnwise_on {
-                columnwise_scales[tile_col * m_blocks + tile_row] = u32::reinterpret(scale_inv);
+                columnwise_scales[group_scale_base + tile_col * m_blocks + group_tile_row] =
+                    u32::reinterpret(scale_inv);
             }
         }
     } else if unit < BLOCK_TILE {
@@ -159,7 +186,8 @@ pub fn fp8_block_kernel<N: Size>(
         if columnwise_on {
             let c = unit - BLOCK_TILE;
             let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(col_amax[c]), config.rule);
-            columnwise_scales[(tile_col * BLOCK_TILE + c) * m_blocks + tile_row] =
+            columnwise_scales
+                [group_scale_base + (tile_col * BLOCK_TILE + c) * m_blocks + group_tile_row] =
                 u32::reinterpret(scale_inv);
         }
     }
@@ -224,7 +252,7 @@ pub fn fp8_block_kernel<N: Size>(
             for i in 0..4usize {
                 codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
             }
-            let word = ((col0 + j) * rows + row0) / 4;
+            let word = (g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 4;
             columnwise[word] = codes[j]
                 | (codes[8 + j] << 8u32)
                 | (codes[16 + j] << 16u32)

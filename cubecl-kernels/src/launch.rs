@@ -4,8 +4,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::amax::{amax_kernel, amax_rht_kernel, AMAX_UNITS};
-use crate::buffers::{copy_kernel, fill_kernel};
+use crate::amax::{
+    amax_kernel, amax_rht_kernel, group_amax_kernel, AMAX_UNITS, GROUP_AMAX_COLS, GROUP_AMAX_ROWS,
+};
+use crate::buffers::{copy_kernel, copy_words_kernel, fill_kernel};
 use crate::codec::{ElemKind, Fp8Kind};
 use crate::dequantize::{dequantize_fp8_kernel, dequantize_mxfp8_kernel, dequantize_nvfp4_kernel};
 use crate::flags;
@@ -117,6 +119,41 @@ impl Directions {
     }
 }
 
+/// The row groups of a grouped (MoE) matrix: group g holds rows `[start[g], start[g] + rows[g])`
+/// (u32 device arrays of `count` values). Groups follow each other from row 0, each a multiple of
+/// 128 rows; rows after the last group form a tail that must hold zeros. Quantized grouped, every
+/// group gets what quantizing its slice alone would give: its own per-tensor scale or global
+/// amax, its own transposed columnwise block (`[cols, rows_g]` at `start_g * cols` elements).
+#[derive(Clone, Copy)]
+pub struct RowGroups<'a> {
+    pub start: &'a Handle,
+    pub rows: &'a Handle,
+    pub count: usize,
+}
+
+impl RowGroups<'_> {
+    fn args<R: Runtime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
+        (arg(self.start, self.count), arg(self.rows, self.count))
+    }
+}
+
+/// Group arrays and count of an optional grouping (dummies and 1 for an ungrouped matrix).
+fn group_args<R: Runtime>(
+    client: &ComputeClient<R>,
+    groups: Option<RowGroups>,
+) -> (ArrayArg<R>, ArrayArg<R>, usize) {
+    match groups {
+        Some(g) => {
+            let (start, rows) = g.args();
+            (start, rows, g.count)
+        }
+        None => {
+            let dummy = dummy(client);
+            (arg(&dummy, 1), arg(&dummy, 1), 1)
+        }
+    }
+}
+
 /// Device buffers of one representation.
 #[derive(Debug, Clone)]
 pub struct DirectionOutput {
@@ -162,18 +199,25 @@ fn round_up(a: usize, b: usize) -> usize {
 /// A buffer of `words` u32 set to `value` on the device (no host copy).
 pub fn filled<R: Runtime>(client: &ComputeClient<R>, words: usize, value: u32) -> Handle {
     let handle = client.empty(words.max(1) * 4);
+    fill(client, &handle, words.max(1), value);
+    handle
+}
+
+/// Sets the first `words` u32 of `handle` (a buffer or a view) to `value`.
+pub fn fill<R: Runtime>(client: &ComputeClient<R>, handle: &Handle, words: usize, value: u32) {
+    if words == 0 {
+        return;
+    }
     let units = 256usize;
-    let cubes = ceil_div(words.max(1), units);
     unsafe {
         fill_kernel::launch_unchecked::<R>(
             client,
-            linear_cubes(client, cubes),
+            linear_cubes(client, ceil_div(words, units)),
             CubeDim::new_1d(units as u32),
-            ArrayArg::from_raw_parts(handle.clone(), words.max(1)),
+            ArrayArg::from_raw_parts(handle.clone(), words),
             value,
         )
     };
-    handle
 }
 
 fn dummy<R: Runtime>(client: &ComputeClient<R>) -> Handle {
@@ -239,26 +283,84 @@ pub fn amax_with_rht<R: Runtime>(
     Ok((rowwise, rht))
 }
 
+/// One amax per row group (f32 bits, `[groups.count]`), and with `rht` one amax of `RHT(xᵀ)` per
+/// group. Needs `cols % 2 == 0`; every group's rows are a multiple of 16.
+pub fn group_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    groups: RowGroups,
+    rht: bool,
+) -> Result<(Handle, Handle), KernelError> {
+    x.require_blocks(GROUP_AMAX_ROWS, 8, "grouped amax")?;
+    let rowwise = filled(client, groups.count, 0);
+    let post_rht = if rht {
+        filled(client, groups.count, 0)
+    } else {
+        dummy(client)
+    };
+    let (start, rows) = groups.args();
+    unsafe {
+        group_amax_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                ceil_div(x.cols, GROUP_AMAX_COLS) as u32,
+                (x.rows / GROUP_AMAX_ROWS) as u32,
+                1,
+            ),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            arg(x.handle, x.words()),
+            start,
+            rows,
+            arg(&rowwise, groups.count),
+            arg(&post_rht, groups.count),
+            x.cols,
+            groups.count,
+            x.kind,
+            rht,
+        )
+    };
+    Ok((rowwise, post_rht))
+}
+
+/// Grouped kernels need every group, hence the whole matrix, in whole 128-row chunks.
+fn require_grouped_rows(x: &InputMatrix, groups: Option<RowGroups>) -> Result<(), KernelError> {
+    match groups {
+        Some(g) => require(
+            x.rows % 128 == 0 && g.count > 0,
+            format!("M = {} with {} groups", x.rows, g.count),
+            "a grouped matrix has at least one group and M divisible by 128",
+        ),
+        None => Ok(()),
+    }
+}
+
 /// Where an FP8 per-tensor scale comes from.
 pub enum TensorScaling<'a> {
     /// Current scaling: an amax pass, then `rule` turns the amax into the scale on the device.
     Current { rule: ScaleRule },
-    /// Delayed scaling: the f32 scale in a one-word device buffer; the amax is recorded.
+    /// Delayed scaling: the f32 scale in a device buffer (one per group); the amax is recorded.
     Delayed { scale: &'a Handle },
 }
 
 /// FP8 per-tensor quantization. Needs `M % 16 == 0` and `K % 16 == 0` (cuBLASLt FP8 alignment).
+/// With `groups`, each group gets its own scale (`scale_inv` and amax hold one f32 per group).
 pub fn quantize_fp8_tensor<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
     fp8: Fp8Kind,
     scaling: TensorScaling,
     directions: Directions,
+    groups: Option<RowGroups>,
 ) -> Result<QuantizeOutput, KernelError> {
     x.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    require_grouped_rows(&x, groups)?;
+    let count = groups.map_or(1, |g| g.count);
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
-            let amax = amax(client, x)?;
+            let amax = match groups {
+                Some(g) => group_amax(client, x, g, false)?.0,
+                None => amax(client, x)?,
+            };
             (amax.clone(), true, rule, amax)
         }
         TensorScaling::Delayed { scale } => {
@@ -268,7 +370,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
                 epsilon_bits: 0,
                 value_for_inf_bits: f32::MAX.to_bits(),
             };
-            (scale.clone(), false, rule, filled(client, 1, 0))
+            (scale.clone(), false, rule, filled(client, count, 0))
         }
     };
     let n = x.rows * x.cols;
@@ -282,7 +384,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
     } else {
         dummy(client)
     };
-    let scale_inv = client.empty(4);
+    let scale_inv = client.empty(4 * count);
     let config = Fp8CastConfig {
         kind: x.kind,
         fp8,
@@ -291,7 +393,9 @@ pub fn quantize_fp8_tensor<R: Runtime>(
         rowwise: directions.rowwise,
         columnwise: directions.columnwise,
         record_amax: !from_amax,
+        grouped: groups.is_some(),
     };
+    let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
         fp8_cast_kernel::launch_unchecked::<R>(
             client,
@@ -303,13 +407,16 @@ pub fn quantize_fp8_tensor<R: Runtime>(
             CubeDim::new_1d(FP8_UNITS as u32),
             INPUT_VECTOR,
             x.arg(),
-            arg(&scale_source, 1),
+            arg(&scale_source, count),
+            group_start,
+            group_rows,
             arg(&rowwise, n / 4),
             arg(&columnwise, n / 4),
-            arg(&scale_inv, 1),
-            arg(&amax_out, 1),
+            arg(&scale_inv, count),
+            arg(&amax_out, count),
             x.rows,
             x.cols,
+            count,
             config,
         )
     };
@@ -332,8 +439,10 @@ pub fn quantize_fp8_block<R: Runtime>(
     rule: ScaleRule,
     block_2d: bool,
     directions: Directions,
+    groups: Option<RowGroups>,
 ) -> Result<QuantizeOutput, KernelError> {
     x.require_blocks(BLOCK_TILE, BLOCK_TILE, "FP8 block scaling")?;
+    require_grouped_rows(&x, groups)?;
     let n = x.rows * x.cols;
     let (mb, kb) = (x.rows / BLOCK_TILE, x.cols / BLOCK_TILE);
     let (row_scales, col_scales) = if block_2d {
@@ -366,7 +475,9 @@ pub fn quantize_fp8_block<R: Runtime>(
         rule,
         block_2d,
         unroll: unroll(client),
+        grouped: groups.is_some(),
     };
+    let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
         fp8_block_kernel::launch_unchecked::<R>(
             client,
@@ -378,8 +489,11 @@ pub fn quantize_fp8_block<R: Runtime>(
             arg(&rowwise_scales, row_scales),
             arg(&columnwise, n / 4),
             arg(&columnwise_scales, col_scales),
+            group_start,
+            group_rows,
             x.rows,
             x.cols,
+            count,
             directions.flags(),
             config,
         )
@@ -502,34 +616,58 @@ pub fn quantize_mxfp8<R: Runtime>(
 }
 
 /// NVFP4 options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nvfp4Options {
     pub block_2d: bool,
     pub rht: bool,
-    /// Stochastic rounding keys (rowwise, columnwise), from `burn_lowp::format::random::stream_key`.
-    pub stochastic_keys: Option<(u32, u32)>,
+    /// Stochastic rounding keys (rowwise, columnwise) from
+    /// `burn_lowp::format::random::stream_key`: one pair, or one per group when grouped.
+    pub stochastic_keys: Option<Vec<(u32, u32)>>,
 }
 
 /// NVFP4: amax pass (with the post-RHT amax when `rht`), then one quantize launch. Needs
-/// `M % 16 == 0` and `K % 16 == 0`; 2D blocks and RHT cannot be combined.
+/// `M % 16 == 0` and `K % 16 == 0`; 2D blocks and RHT cannot be combined. With `groups`, each
+/// group gets its own global amaxes and random streams (no swizzled scales).
 pub fn quantize_nvfp4<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
-    options: Nvfp4Options,
+    options: &Nvfp4Options,
     directions: Directions,
     swizzled: bool,
+    groups: Option<RowGroups>,
 ) -> Result<QuantizeOutput, KernelError> {
     x.require_blocks(16, 16, "NVFP4")?;
+    require_grouped_rows(&x, groups)?;
     require(
         !(options.block_2d && options.rht),
         "16x16 blocks with RHT",
         "NVFP4 applies RHT to 1x16 activations and gradients only",
     )?;
-    let (rowwise_amax, columnwise_amax) = if options.rht && directions.columnwise {
-        amax_with_rht(client, x)?
-    } else {
-        let a = amax(client, x)?;
-        (a.clone(), a)
+    require(
+        !(swizzled && groups.is_some()),
+        "swizzled scales of a grouped matrix",
+        "grouped NVFP4 writes compact scales",
+    )?;
+    let count = groups.map_or(1, |g| g.count);
+    if let Some(keys) = &options.stochastic_keys {
+        require(
+            keys.len() == count,
+            format!("{} stochastic-rounding key pairs", keys.len()),
+            format!("one per group ({count})"),
+        )?;
+    }
+    let post_rht = options.rht && directions.columnwise;
+    let (rowwise_amax, columnwise_amax) = match (groups, post_rht) {
+        (Some(g), true) => group_amax(client, x, g, true)?,
+        (Some(g), false) => {
+            let a = group_amax(client, x, g, false)?.0;
+            (a.clone(), a)
+        }
+        (None, true) => amax_with_rht(client, x)?,
+        (None, false) => {
+            let a = amax(client, x)?;
+            (a.clone(), a)
+        }
     };
     let n = x.rows * x.cols;
     let (row_shape, col_shape) = nvfp4_scale_shapes(x.rows, x.cols);
@@ -553,12 +691,18 @@ pub fn quantize_nvfp4<R: Runtime>(
     } else {
         dummy(client)
     };
-    let (rowwise_key, columnwise_key) = options.stochastic_keys.unwrap_or((0, 0));
+    let key_words: Vec<u32> = match &options.stochastic_keys {
+        Some(keys) => keys.iter().flat_map(|&(r, c)| [r, c]).collect(),
+        None => vec![0; 2 * count],
+    };
+    let keys = client.create_from_slice(u32::as_bytes(&key_words));
     let config = Nvfp4KernelConfig {
         kind: x.kind,
         block_2d: options.block_2d,
         rht: options.rht,
+        grouped: groups.is_some(),
     };
+    let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
         nvfp4_kernel::launch_unchecked::<R>(
             client,
@@ -570,16 +714,18 @@ pub fn quantize_nvfp4<R: Runtime>(
             CubeDim::new_1d(NV_UNITS as u32),
             INPUT_VECTOR,
             x.arg(),
-            arg(&rowwise_amax, 1),
-            arg(&columnwise_amax, 1),
+            arg(&rowwise_amax, count),
+            arg(&columnwise_amax, count),
+            arg(&keys, 2 * count),
+            group_start,
+            group_rows,
             arg(&rowwise, n / 8),
             arg(&rowwise_scales, row_shape[0] * row_shape[1]),
             arg(&columnwise, n / 8),
             arg(&columnwise_scales, col_shape[0] * col_shape[1]),
             x.rows,
             x.cols,
-            rowwise_key,
-            columnwise_key,
+            count,
             directions.flags()
                 | if swizzled { flags::SWIZZLED } else { 0 }
                 | if options.stochastic_keys.is_some() {
@@ -813,6 +959,30 @@ pub fn copy<R: Runtime>(client: &ComputeClient<R>, input: &Handle, bytes: usize)
             INPUT_VECTOR,
             arg(input, words),
             arg(&out, words),
+        )
+    };
+    out
+}
+
+/// Copies bytes `offset .. offset + len` of `input` (both multiples of 4) into a new buffer.
+pub fn copy_range<R: Runtime>(
+    client: &ComputeClient<R>,
+    input: &Handle,
+    offset: usize,
+    len: usize,
+) -> Handle {
+    assert!(offset % 4 == 0 && len % 4 == 0, "word-aligned byte range {offset}+{len}");
+    let out = client.empty(len.max(4));
+    let words = len / 4;
+    let units = 256usize;
+    unsafe {
+        copy_words_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(words.max(1), units)),
+            CubeDim::new_1d(units as u32),
+            arg(input, (offset + len) / 4),
+            arg(&out, words),
+            offset / 4,
         )
     };
     out

@@ -1,10 +1,12 @@
 //! CubeCL quantization kernels for burn-lowp, generic over `cubecl::Runtime`, with no Burn types.
 //!
 //! One kernel family per file, each with the launch wrapper in `launch.rs`: `amax` (tensor amax and
-//! the NVFP4 post-RHT amax), `fp8` (per-tensor current/delayed scaling), `fp8_block` (1x128,
-//! 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. In-kernel scalar helpers live in `codec`,
-//! `scale`, `hadamard` and `random`. The host references they match bit for bit are in the root
-//! crate under `src/format/`.
+//! the NVFP4 post-RHT amax, per row group), `fp8` (per-tensor current/delayed scaling), `fp8_block`
+//! (1x128, 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. Grouped (MoE) matrices: the
+//! layout of their row groups (`group_layout`, launcher beside it), grouped modes of the quantize
+//! kernels, and the per-group row scaling of grouped GEMM outputs (`row_scale`). In-kernel scalar
+//! helpers live in `codec`, `scale`, `hadamard` and `random`. The host references they match bit
+//! for bit are in the root crate under `src/format/`.
 //!
 //! Inputs are read as raw 32-bit words (one f32, or two f16/bf16, per word), so every runtime reads
 //! every input dtype exactly, bf16 included. Codes are written packed into u32 words (the bytes in
@@ -21,12 +23,14 @@ pub mod dequantize;
 pub mod flags;
 pub mod fp8;
 pub mod fp8_block;
+pub mod group_layout;
 pub mod hadamard;
 pub mod launch;
 pub mod mxfp8;
 pub mod nvfp4;
 pub mod random;
 pub mod reduce;
+pub mod row_scale;
 pub mod scale;
 pub mod stream_flags;
 pub mod swizzle;

@@ -9,6 +9,7 @@
 
 use crate::codec::{abs_bits_for_amax, encode_e2m1, load_chunk, ElemKind};
 use crate::flags::{COLUMNWISE, ROWWISE, STOCHASTIC, SWIZZLED};
+use crate::group_layout::find_group;
 use crate::hadamard::rht16;
 use crate::random::random_byte;
 use crate::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_scale};
@@ -28,6 +29,11 @@ pub struct Nvfp4KernelConfig {
     pub kind: ElemKind,
     pub block_2d: bool,
     pub rht: bool,
+    /// Rows form groups (multiples of 64 rows), each with its own global amaxes and random
+    /// streams (keys), and its own transposed columnwise block: codes `[cols, rows_g / 2]` at
+    /// byte `start_g * cols / 2`, scales `[roundup(cols, 128), rows_g / 16]` at
+    /// `start_g / 16` scale columns' worth; stochastic rounding counts elements within the group.
+    pub grouped: bool,
 }
 
 /// The E2M1 code of `v`, rounded to nearest even or stochastically with 8 random bits.
@@ -99,19 +105,24 @@ fn block_amax16(v: &Array<f32>) -> u32 {
 /// One cube per 64 x 64 tile: (1) 256 units load it into shared memory, (2) each unit takes one
 /// rowwise block (a row's 16 columns) and (3) one columnwise block (a column's 16 rows, RHT'd),
 /// computing amax, E4M3 scale and codes from registers.
+///
+/// `amax` holds the global amaxes, `[rowwise, columnwise]` per group; `keys` the stochastic
+/// rounding keys, `[rowwise, columnwise]` per group.
 #[cube(launch_unchecked)]
 pub fn nvfp4_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
     rowwise_amax: &Array<u32>,
     columnwise_amax: &Array<u32>,
+    keys: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
     rowwise: &mut Array<u32>,
     rowwise_scales: &mut Array<u8>,
     columnwise: &mut Array<u32>,
     columnwise_scales: &mut Array<u8>,
     rows: usize,
     cols: usize,
-    rowwise_key: u32,
-    columnwise_key: u32,
+    groups: usize,
     flags: u32,
     #[comptime] config: Nvfp4KernelConfig,
 ) {
@@ -120,6 +131,18 @@ pub fn nvfp4_kernel<N: Size>(
     let unit = UNIT_POS as usize;
     let tile_row0 = CUBE_POS_Y as usize * NV_TILE;
     let tile_col0 = CUBE_POS_X as usize * NV_TILE;
+    let mut g = 0usize;
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![config.grouped] {
+        g = find_group(group_start, groups, tile_row0);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    // A tile past the last group (the zero tail) writes rowwise codes only.
+    let in_group = tile_row0 - g_start < g_rows;
+    let rowwise_key = keys[2 * g];
+    let columnwise_key = keys[2 * g + 1];
 
     // (1) Load: unit u covers row u / 4, columns 16 * (u % 4) .. + 16.
     let mut tile = SharedMemory::<f32>::new(NV_TILE * NV_STRIDE);
@@ -172,7 +195,7 @@ pub fn nvfp4_kernel<N: Size>(
     if (flags & ROWWISE) != 0u32 && row_ok {
         let row = tile_row0 + r;
         let col0 = tile_col0 + b * 16;
-        let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[0]));
+        let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[g]));
         let s_dec = 1.0f32 / s_enc;
         let multiplier = s_enc * 0.16666667f32; // S_enc * (1/6)
         let amax = if comptime![config.block_2d] {
@@ -189,7 +212,7 @@ pub fn nvfp4_kernel<N: Size>(
             enc,
             stochastic,
             rowwise_key,
-            u32::cast_from(row * cols + col0),
+            u32::cast_from((row - g_start) * cols + col0),
         );
         let word = (row * cols + col0) / 8;
         rowwise[word] = low;
@@ -198,7 +221,7 @@ pub fn nvfp4_kernel<N: Size>(
 
     // (3) Columnwise codes [K, M/2]: unit takes column u / 4, rows 16 (u % 4) .. + 16, so four
     // neighbouring units write one contiguous 32-byte run of a transposed row.
-    if (flags & COLUMNWISE) != 0u32 {
+    if (flags & COLUMNWISE) != 0u32 && in_group {
         let c = unit / NV_BLOCKS;
         let j = unit % NV_BLOCKS;
         let col = tile_col0 + c;
@@ -211,7 +234,7 @@ pub fn nvfp4_kernel<N: Size>(
             if comptime![config.rht] {
                 rht16(&mut v, 0usize, 1usize, config.kind);
             }
-            let s_enc = nvfp4_global_encode_scale(f32::reinterpret(columnwise_amax[0]));
+            let s_enc = nvfp4_global_encode_scale(f32::reinterpret(columnwise_amax[g]));
             let s_dec = 1.0f32 / s_enc;
             let multiplier = s_enc * 0.16666667f32;
             let amax = if comptime![config.block_2d] {
@@ -220,8 +243,11 @@ pub fn nvfp4_kernel<N: Size>(
                 block_amax16(&v)
             };
             let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
-            let col_scale_cols = (rows / 16 + 3) / 4 * 4;
-            columnwise_scales[scale_index(col, row0 / 16, col_scale_cols, swizzled)] =
+            let local_row0 = row0 - g_start;
+            let col_scale_cols = (g_rows / 16 + 3) / 4 * 4;
+            let group_scales = (g_start / 16) * ((cols + 127) / 128 * 128);
+            columnwise_scales
+                [group_scales + scale_index(col, local_row0 / 16, col_scale_cols, swizzled)] =
                 u8::cast_from(byte);
             let enc = nvfp4_element_scale(byte, s_dec);
             let (low, high) = encode_block16(
@@ -229,9 +255,9 @@ pub fn nvfp4_kernel<N: Size>(
                 enc,
                 stochastic,
                 columnwise_key,
-                u32::cast_from(col * rows + row0),
+                u32::cast_from(col * g_rows + local_row0),
             );
-            let word = (col * rows + row0) / 8;
+            let word = (g_start * cols + col * g_rows + local_row0) / 8;
             columnwise[word] = low;
             columnwise[word + 1] = high;
         }

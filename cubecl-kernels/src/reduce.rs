@@ -2,13 +2,14 @@
 
 use cubecl::prelude::*;
 
-/// Max over the cube of every unit's `value`, then one atomic max into `out[0]`. Every unit of the
-/// cube must call it (it synchronizes). `scratch` holds `units` u32.
+/// Max over the cube of every unit's `value`, then one atomic max into `out[index]`. Every unit of
+/// the cube must call it (it synchronizes). `scratch` holds `units` u32.
 #[cube]
 pub fn cube_max_into(
     value: u32,
     scratch: &mut SharedMemory<u32>,
     out: &Array<Atomic<u32>>,
+    index: usize,
     #[comptime] units: usize,
 ) {
     let unit = UNIT_POS as usize;
@@ -28,6 +29,6 @@ pub fn cube_max_into(
         }
     }
     if unit == 0 {
-        out[0].fetch_max(scratch[0]);
+        out[index].fetch_max(scratch[0]);
     }
 }

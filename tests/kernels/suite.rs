@@ -1,7 +1,9 @@
 //! The kernel test suite, written once and instantiated per backend by `kernel_suite!`.
 #![allow(dead_code)]
 
-use burn_lowp::backend::LowpBackend;
+use burn_lowp::backend::grouped::group_view;
+use burn_lowp::backend::{Groups, LowpBackend, RowGroup};
+use burn_lowp::format::grouped::{group_config, group_layout, SplitStatus};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{
     quantize, quantize_fp8_with_scale, Direction, FormatConfig, Fp8BlockScaling, Fp8CurrentScaling,
@@ -369,6 +371,110 @@ pub fn check_bad_shapes_are_errors<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// Split vectors for the grouped tests: empty groups first, last and between, one group holding
+/// every token, groups that are not multiples of the alignment, and bad ones (negative, wrong sum).
+pub fn split_cases() -> Vec<(Vec<i32>, usize)> {
+    vec![
+        (vec![0, 200, 37, 63], 300),
+        (vec![300, 0, 0, 0], 300),
+        (vec![1, 1, 0, 128, 129, 0], 259),
+        (vec![7], 7),
+        (vec![40, -3, 50], 87),
+        (vec![40, 30, 50], 100),
+        (vec![90, 30, 50], 100),
+    ]
+}
+
+fn ints<B: LowpBackend>(t: burn::tensor::ops::IntTensor<B>) -> Vec<i32> {
+    burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_primitive(t)
+        .into_data()
+        .convert::<i64>()
+        .into_vec::<i64>()
+        .unwrap()
+        .into_iter()
+        .map(|v| v as i32)
+        .collect()
+}
+
+/// The device layout of split sizes (groups, row maps, the splits' check) equals the host
+/// reference, for good and bad splits.
+pub fn check_group_layout_matches_reference<B: LowpBackend>(device: &B::Device) {
+    for (splits, tokens) in split_cases() {
+        let reference = group_layout(&splits, tokens);
+        let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
+            device,
+        );
+        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let context = format!("splits {splits:?} over {tokens} tokens");
+        assert_eq!(layout.rows(), reference.rows, "{context}: rows");
+        assert_eq!(ints::<B>(layout.row_group.clone()), reference.row_group, "{context}: row groups");
+        assert_eq!(ints::<B>(layout.aligned_to_packed.clone()), reference.aligned_to_packed, "{context}: aligned to packed");
+        assert_eq!(ints::<B>(layout.packed_to_aligned.clone()), reference.packed_to_aligned, "{context}: packed to aligned");
+        let host = layout.groups.host.get().unwrap();
+        assert_eq!(host.groups, reference.groups, "{context}: groups");
+        assert_eq!(host.status, reference.status, "{context}: status");
+        assert_eq!(layout.check().is_ok(), reference.status == SplitStatus::Valid, "{context}: check");
+    }
+}
+
+/// A grouped input laid out as the layout of `splits` says: packed random rows at their aligned
+/// places, zero padding and tail.
+pub fn grouped_input(splits: &[i32], tokens: usize, cols: usize, dtype: InputDtype, seed: u64) -> (HostMatrix, Vec<RowGroup>) {
+    let layout = group_layout(splits, tokens);
+    let packed = input(tokens, cols, dtype, seed);
+    let mut values = vec![0.0f32; layout.rows * cols];
+    for (row, &token) in layout.aligned_to_packed.iter().enumerate() {
+        if (token as usize) < tokens {
+            values[row * cols..(row + 1) * cols]
+                .copy_from_slice(&packed.values[token as usize * cols..(token as usize + 1) * cols]);
+        }
+    }
+    (HostMatrix::new("grouped input", layout.rows, cols, dtype, values).unwrap(), layout.groups)
+}
+
+/// Grouped quantization equals quantizing each group's slice on its own (seed `seed + g` for
+/// stochastic rounding), bit for bit, for every format and dtype; delayed scaling too, with a
+/// different scale per group.
+pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let (splits, tokens) = (vec![0, 200, 37, 63], 300);
+    let cols = 128;
+    let mut cases = 0;
+    for &dtype in dtypes {
+        let (x, groups) = grouped_input(&splits, tokens, cols, dtype, 17);
+        let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
+        for (name, config) in configs() {
+            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, Usage::BOTH)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (g, group) in groups.iter().enumerate() {
+                if group.len == 0 {
+                    continue;
+                }
+                let slice = HostMatrix::new("slice", group.len, cols, dtype,
+                    x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
+                let reference = quantize(&slice, &group_config(&config, g), Usage::BOTH).unwrap();
+                let ours = group_view(&q, g, *group).to_host().unwrap();
+                assert_bit_equal(&ours, &reference, &format!("grouped {name} {} group {g}", dtype.name()));
+                cases += 1;
+            }
+        }
+        for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
+            let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH).unwrap();
+            for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
+                let slice = HostMatrix::new("slice", group.len, cols, dtype,
+                    x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
+                let reference = quantize_fp8_with_scale(&slice, fp8, scales[g], Usage::BOTH).unwrap();
+                let ours = group_view(&q, g, *group).to_host().unwrap();
+                assert_bit_equal(&ours, &reference, &format!("grouped delayed {fp8:?} {} group {g}", dtype.name()));
+                cases += 1;
+            }
+        }
+    }
+    println!("{cases} grouped quantize groups bit-exact against their slices");
+}
+
 /// Instantiates the suite for `$backend` on `$device` (an `Option`: `None` skips) with `$dtypes`.
 macro_rules! kernel_suite {
     ($backend:ty, $device:expr, [$($dtype:expr),*]) => {
@@ -399,6 +505,16 @@ macro_rules! kernel_suite {
             if let Some(d) = $device {
                 crate::suite::check_goldens::<$backend>(&d, dtypes().contains(&burn_lowp::format::InputDtype::BF16));
             }
+        }
+
+        #[test]
+        fn group_layout_matches_reference() {
+            if let Some(d) = $device { crate::suite::check_group_layout_matches_reference::<$backend>(&d); }
+        }
+
+        #[test]
+        fn grouped_quantize_matches_per_slice_quantize() {
+            if let Some(d) = $device { crate::suite::check_grouped_quantize_matches_per_slice::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
