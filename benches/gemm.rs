@@ -174,6 +174,8 @@ fn main() {
             d: ptr[2],
             d_dtype: DataType::CUDA_R_16BF,
             fast_accum: false,
+            batch: None,
+            autotune: true,
         };
         let raw = |count: usize| {
             CublasLt::with(0, |lt| {

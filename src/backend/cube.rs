@@ -1,8 +1,8 @@
 //! `LowpBackend` for `CubeBackend<R, ..>`: the CubeCL kernels of `burn-lowp-kernels`, on CUDA or
 //! wgpu. Inputs are read as raw words of their own dtype (f32, f16 or bf16).
 
-use burn::tensor::ops::{FloatTensor, FloatTensorOps};
-use burn::tensor::{DType, Shape, TensorMetadata};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor, IntTensorOps};
+use burn::tensor::{DType, IntDType, Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -12,10 +12,16 @@ use burn_lowp_kernels::cubecl::server::Handle;
 use kernels::scale::ScaleRule;
 use kernels::{
     DirectionOutput, Directions, ElemKind, Fp8Kind, InputMatrix, KernelError, QuantizeOutput,
+    RowGroups,
 };
 
+use super::grouped::{
+    aligned_rows, GroupLayout, GroupedGemmPath, GroupedOperand, Groups, HostCopy, HostGroups,
+    RowGroup, GROUP_ALIGN,
+};
 use super::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
+use crate::format::grouped::SplitStatus;
 use crate::format::fp8_block::BlockShape;
 use crate::format::random::{stream_key, COLUMNWISE_STREAM, ROWWISE_STREAM};
 use crate::format::{
@@ -63,6 +69,18 @@ fn kernel_error(tensor: &str) -> impl Fn(KernelError) -> LowpError + '_ {
     move |e| LowpError::shape(tensor, e.value, e.rule)
 }
 
+/// Grouped kernels take matrices whose groups fill whole 128-row chunks.
+fn check_grouped_rows<R: CubeRuntime>(rows: usize, groups: &Groups<impl LowpBackend<Bytes = CubeBytes<R>>>) -> Result<()> {
+    if rows != groups.rows || rows % GROUP_ALIGN != 0 {
+        return Err(LowpError::shape(
+            "grouped input",
+            format!("M = {rows}"),
+            format!("equals the rows of its groups ({}), a multiple of {GROUP_ALIGN}", groups.rows),
+        ));
+    }
+    Ok(())
+}
+
 /// A contiguous tensor whose data starts 16-byte aligned (the kernels load 16-byte vectors).
 fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
     let x = into_contiguous(x);
@@ -90,14 +108,15 @@ fn bytes<R: CubeRuntime>(
 }
 
 /// Wraps kernel outputs in a `QuantizedTensor`, with shapes from the format's layout rules.
+/// `groups` is the number of per-tensor values (FP8 scale_inv, amaxes): 1, or one per group.
 fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     client: &ComputeClient<R>,
     device: &R::Device,
     out: QuantizeOutput,
     format: QuantFormat,
-    rows: usize,
-    cols: usize,
+    (rows, cols): (usize, usize),
     swizzled: bool,
+    groups: usize,
 ) -> QuantizedTensor<B> {
     let storage = |side: Option<DirectionOutput>, direction: Direction| {
         side.map(|d| {
@@ -105,7 +124,7 @@ fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
             let sshape = scales_shape(&format, rows, cols, direction);
             let scales = match format {
                 QuantFormat::Fp8Tensor { .. } => {
-                    StorageScales::TensorScaleInv(bytes(client, device, d.scales, 4))
+                    StorageScales::TensorScaleInv(bytes(client, device, d.scales, 4 * groups))
                 }
                 QuantFormat::Fp8Block { .. } => StorageScales::BlockF32 {
                     shape: sshape,
@@ -128,7 +147,7 @@ fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
                 codes: bytes(client, device, d.codes, cshape[0] * cshape[1]),
                 codes_shape: cshape,
                 scales,
-                amax: d.amax.map(|a| bytes(client, device, a, 4)),
+                amax: d.amax.map(|a| bytes(client, device, a, 4 * groups)),
             })
         })
     };
@@ -212,6 +231,48 @@ fn relayout<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     Ok(q)
 }
 
+/// NVFP4 kernel options; with `groups`, group g's stochastic rounding is seeded `seed + g`.
+fn nvfp4_options(c: &crate::format::Nvfp4Config, groups: usize) -> kernels::Nvfp4Options {
+    kernels::Nvfp4Options {
+        block_2d: c.block_2d,
+        rht: c.rht,
+        stochastic_keys: c.stochastic_seed.map(|s| {
+            (0..groups as u64)
+                .map(|g| {
+                    let seed = s.wrapping_add(g);
+                    (
+                        stream_key(seed, ROWWISE_STREAM),
+                        stream_key(seed, COLUMNWISE_STREAM),
+                    )
+                })
+                .collect()
+        }),
+    }
+}
+
+/// Starts reading `handles` into pinned host memory (CubeCL queues the copies on the stream now)
+/// and returns the future that waits for them.
+fn read_later<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    handles: Vec<Handle>,
+) -> std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = std::result::Result<
+                    Vec<burn_lowp_kernels::cubecl::bytes::Bytes>,
+                    burn_lowp_kernels::cubecl::server::ServerError,
+                >,
+            > + Send,
+    >,
+> {
+    let future = Box::pin(client.read_async(handles));
+    // SAFETY: cubecl-runtime 0.10's `read_async` returns `self.do_read(..)`, a boxed `'static`
+    // future that owns what it reads (the copies are queued before it returns); the `'_` in its
+    // signature is only edition 2024's capture of `&self`. The client it came from is an `Arc`
+    // handle that outlives the future wherever it is kept (`bytes_to_host_later` keeps a clone).
+    unsafe { std::mem::transmute(future as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>>) }
+}
+
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBackend
     for CubeBackend<R, F, I, BT>
 {
@@ -256,6 +317,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                     rule.fp8,
                     kernels::TensorScaling::Current { rule },
                     directions,
+                    None,
                 )
             }
             FormatConfig::Fp8Block(c) => {
@@ -271,6 +333,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                     rule,
                     c.block == BlockShape::OneTwentyEightSquare,
                     directions,
+                    None,
                 )
             }
             FormatConfig::Mxfp8(c) => kernels::quantize_mxfp8(
@@ -282,21 +345,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 swizzled,
             ),
             FormatConfig::Nvfp4(c) => {
-                let options = kernels::Nvfp4Options {
-                    block_2d: c.block_2d,
-                    rht: c.rht,
-                    stochastic_keys: c.stochastic_seed.map(|s| {
-                        (
-                            stream_key(s, ROWWISE_STREAM),
-                            stream_key(s, COLUMNWISE_STREAM),
-                        )
-                    }),
-                };
-                kernels::quantize_nvfp4(&client, input, options, directions, swizzled)
+                kernels::quantize_nvfp4(&client, input, &nvfp4_options(c, 1), directions, swizzled, None)
             }
         }
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, &device, out, format, rows, cols, swizzled))
+        Ok(wrap(&client, &device, out, format, (rows, cols), swizzled, 1))
     }
 
     fn quantize_fp8_with_scale(
@@ -338,9 +391,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 scale: &scale.handle,
             },
             directions,
+            None,
         )
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, &device, out, format, rows, cols, false))
+        Ok(wrap(&client, &device, out, format, (rows, cols), false, 1))
     }
 
     fn lowp_dequantize(
@@ -493,6 +547,313 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             .read_one(bytes.handle.clone())
             .expect("device read failed");
         data[..bytes.len].to_vec()
+    }
+
+    fn bytes_to_host_later(
+        bytes: Vec<Self::Bytes>,
+    ) -> Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send> {
+        let Some(first) = bytes.first() else {
+            return Box::new(|| Ok(Vec::new()));
+        };
+        let client = first.client.clone();
+        let lens: Vec<usize> = bytes.iter().map(|b| b.len).collect();
+        let future = read_later(&client, bytes.iter().map(|b| b.handle.clone()).collect());
+        Box::new(move || {
+            let data = burn_lowp_kernels::cubecl::future::block_on(future)
+                .map_err(|e| LowpError::invalid("device read", "failed", format!("{e:?}")))?;
+            drop(client);
+            Ok(data
+                .into_iter()
+                .zip(lens)
+                .map(|(d, len)| d[..len].to_vec())
+                .collect())
+        })
+    }
+
+    fn bytes_from_host(data: Vec<u8>, device: &Self::Device) -> Self::Bytes {
+        let client = R::client(device);
+        let len = data.len();
+        let handle = client.create_from_slice(&data);
+        bytes(&client, device, handle, len)
+    }
+
+    fn bytes_device(bytes: &Self::Bytes) -> Self::Device {
+        bytes.device.clone()
+    }
+
+    fn bytes_slice(b: &Self::Bytes, range: std::ops::Range<usize>) -> Self::Bytes {
+        assert!(range.end <= b.len, "byte range {range:?} of a {}-byte buffer", b.len);
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            // A view: CUDA binds any offset.
+            let trim_end = (b.len - range.end) as u64;
+            let handle = b.handle.clone().offset_start(range.start as u64).offset_end(trim_end);
+            return bytes(&b.client, &b.device, handle, range.len());
+        }
+        // Other runtimes may bind only aligned offsets: copy (every grouped range is whole words).
+        let handle = kernels::copy_range(&b.client, &b.handle, range.start, range.len());
+        bytes(&b.client, &b.device, handle, range.len())
+    }
+
+    fn group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
+        let shape = m_splits.shape();
+        if shape.num_dims() != 1 || shape.as_slice()[0] == 0 {
+            return Err(LowpError::shape(
+                "m_splits",
+                format!("shape {:?}", shape.as_slice()),
+                "one split size per group, at least one group",
+            ));
+        }
+        let count = shape.as_slice()[0];
+        let splits = into_contiguous(Self::int_cast(m_splits, IntDType::I32));
+        let (client, device) = (splits.client.clone(), splits.device.clone());
+        let buffers = kernels::group_layout::group_layout(
+            &client,
+            &splits.handle,
+            count,
+            tokens,
+            GROUP_ALIGN,
+        );
+        let rows = aligned_rows(tokens, count);
+        let int = |handle: Handle, len: usize| {
+            let t = CubeTensor::new_contiguous(
+                client.clone(),
+                device.clone(),
+                Shape::new([len]),
+                handle,
+                DType::I32,
+            );
+            if I::dtype() == DType::I32 {
+                t
+            } else {
+                Self::int_cast(t, IntDType::from(I::dtype()))
+            }
+        };
+        let words = |h: &Handle, n: usize| bytes(&client, &device, h.clone(), 4 * n);
+        let (start, len) = (words(&buffers.group_start, count), words(&buffers.group_rows, count));
+        let later = Self::bytes_to_host_later(vec![
+            start.clone(),
+            len.clone(),
+            words(&buffers.group_tokens, count),
+            words(&buffers.status, kernels::group_layout::STATUS_WORDS),
+        ]);
+        let host = HostCopy::pending(move || {
+            let read = later()?;
+            let u32s = |b: &Vec<u8>| {
+                b.chunks_exact(4)
+                    .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+                    .collect::<Vec<_>>()
+            };
+            let (start, len, used, status) = (u32s(&read[0]), u32s(&read[1]), u32s(&read[2]), u32s(&read[3]));
+            Ok(HostGroups {
+                groups: (0..count)
+                    .map(|g| RowGroup {
+                        start: start[g],
+                        len: len[g],
+                        used: used[g],
+                    })
+                    .collect(),
+                status: SplitStatus::from_words([status[0] as u32, status[1] as u32, status[2] as u32]),
+            })
+        });
+        Ok(GroupLayout {
+            groups: Groups {
+                count,
+                rows,
+                start,
+                len,
+                host,
+            },
+            tokens,
+            row_group: int(buffers.row_group, rows),
+            aligned_to_packed: int(buffers.aligned_to_packed, rows),
+            packed_to_aligned: int(buffers.packed_to_aligned, tokens),
+        })
+    }
+
+    fn lowp_quantize_grouped(
+        x: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        config: &FormatConfig,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        let (rows, cols) = matrix_dims(&x.shape().as_slice());
+        let format = config.format();
+        check_shape("input", rows, cols, &format)?;
+        check_grouped_rows(rows, groups)?;
+        let kind = elem_kind(x.dtype, "input")?;
+        let x = prepare(x);
+        let client = x.client.clone();
+        let device = x.device.clone();
+        let input = InputMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        };
+        let directions = Directions {
+            rowwise: usage.rowwise,
+            columnwise: usage.columnwise,
+        };
+        let row_groups = Some(RowGroups {
+            start: &groups.start.handle,
+            rows: &groups.len.handle,
+            count: groups.count,
+        });
+        let out = match config {
+            FormatConfig::Fp8Current(c) => {
+                let rule = ScaleRule {
+                    fp8: fp8_kind(c.fp8),
+                    pow2: c.pow2_scales,
+                    epsilon_bits: c.amax_epsilon.to_bits(),
+                    value_for_inf_bits: f32::MAX.to_bits(),
+                };
+                kernels::quantize_fp8_tensor(
+                    &client,
+                    input,
+                    rule.fp8,
+                    kernels::TensorScaling::Current { rule },
+                    directions,
+                    row_groups,
+                )
+            }
+            FormatConfig::Fp8Block(c) => {
+                let rule = ScaleRule {
+                    fp8: fp8_kind(c.fp8),
+                    pow2: c.pow2_scales,
+                    epsilon_bits: c.amax_epsilon.to_bits(),
+                    value_for_inf_bits: kind.max_finite_bits(),
+                };
+                kernels::quantize_fp8_block(
+                    &client,
+                    input,
+                    rule,
+                    c.block == BlockShape::OneTwentyEightSquare,
+                    directions,
+                    row_groups,
+                )
+            }
+            // MXFP8 keeps no per-tensor state and never transposes: on whole 128-row groups the
+            // plain kernel already writes each group as its slice alone.
+            FormatConfig::Mxfp8(c) => kernels::quantize_mxfp8(
+                &client,
+                input,
+                fp8_kind(c.fp8),
+                c.block_2d,
+                directions,
+                false,
+            ),
+            FormatConfig::Nvfp4(c) => kernels::quantize_nvfp4(
+                &client,
+                input,
+                &nvfp4_options(c, groups.count),
+                directions,
+                false,
+                row_groups,
+            ),
+        }
+        .map_err(kernel_error("input"))?;
+        Ok(wrap(&client, &device, out, format, (rows, cols), false, groups.count))
+    }
+
+    fn quantize_fp8_with_scale_grouped(
+        x: FloatTensor<Self>,
+        fp8: Fp8Format,
+        scales: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        let (rows, cols) = matrix_dims(&x.shape().as_slice());
+        let format = QuantFormat::Fp8Tensor { fp8 };
+        check_shape("input", rows, cols, &format)?;
+        check_grouped_rows(rows, groups)?;
+        if scales.dtype != DType::F32 || scales.shape().num_elements() != groups.count {
+            return Err(LowpError::shape(
+                "scales",
+                format!("{:?} {:?}", scales.dtype, scales.shape().as_slice()),
+                format!("one f32 delayed-scaling scale per group ({})", groups.count),
+            ));
+        }
+        let kind = elem_kind(x.dtype, "input")?;
+        let x = prepare(x);
+        let scales = into_contiguous(scales);
+        let (client, device) = (x.client.clone(), x.device.clone());
+        let input = InputMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        };
+        let out = kernels::quantize_fp8_tensor(
+            &client,
+            input,
+            fp8_kind(fp8),
+            kernels::TensorScaling::Delayed {
+                scale: &scales.handle,
+            },
+            Directions {
+                rowwise: usage.rowwise,
+                columnwise: usage.columnwise,
+            },
+            Some(RowGroups {
+                start: &groups.start.handle,
+                rows: &groups.len.handle,
+                count: groups.count,
+            }),
+        )
+        .map_err(kernel_error("input"))?;
+        Ok(wrap(&client, &device, out, format, (rows, cols), false, groups.count))
+    }
+
+    fn lowp_grouped_gemm(
+        kind: super::GemmKind,
+        a: GroupedOperand<Self>,
+        b: GroupedOperand<Self>,
+        options: super::GemmOptions<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_grouped::grouped_gemm(kind, a, b, options);
+        }
+        super::grouped::grouped_gemm_per_group(kind, a, b, options)
+    }
+
+    fn grouped_gemm_path(
+        kind: super::GemmKind,
+        a: GroupedOperand<Self>,
+        b: GroupedOperand<Self>,
+    ) -> GroupedGemmPath {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_grouped::grouped_gemm_path(kind, a, b);
+        }
+        let _ = (kind, a, b);
+        GroupedGemmPath::PerGroup(super::GemmPath::DequantizeMatmul)
+    }
+
+    /// On the device: each 128-row chunk summed (`sum_dim`), then the chunks of each group added
+    /// into its row (`select_assign`), without reading the groups on the host.
+    fn grouped_column_sum(
+        t: FloatTensor<Self>,
+        layout: &GroupLayout<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorPrimitive};
+        let t = Tensor::<Self, 2>::from_primitive(TensorPrimitive::Float(t));
+        let [rows, cols] = t.dims();
+        let chunks = rows / GROUP_ALIGN;
+        let partial = t.reshape([chunks, GROUP_ALIGN, cols]).sum_dim(1).reshape([chunks, cols]);
+        // A chunk's first row is a token of its group (or tail, group `count`).
+        let chunk_group = Tensor::<Self, 1, Int>::from_primitive(layout.row_group.clone())
+            .reshape([chunks, GROUP_ALIGN])
+            .slice([0..chunks, 0..1])
+            .reshape([chunks]);
+        let count = layout.groups.count;
+        let sums = Tensor::<Self, 2>::zeros(
+            [count + 1, cols],
+            burn::tensor::TensorCreationOptions::new(partial.device()).with_dtype(partial.dtype()),
+        )
+        .select_assign(0, chunk_group, partial, IndexingUpdateOp::Add);
+        Ok(sums.slice([0..count, 0..cols]).into_primitive().tensor())
     }
 
     fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {

@@ -14,6 +14,17 @@
 //! * `HostSync` (fallback): pin the operands, `client.sync()`, run the GEMM, synchronize our
 //!   stream. Two host round trips per GEMM; `benches/gemm.rs` measures what they cost.
 //! Both contexts are the device's primary context, so pointers are shared.
+//!
+//! A group of GEMMs that run together (a grouped GEMM's per-expert GEMMs) shares one handshake:
+//! after READY our stream forks to `LANES` streams (each with its own workspace), the GEMMs run
+//! round-robin on them, and the forks join before DONE. A GEMM may also be a cuBLASLt
+//! pointer-array batch (`LtBatch`): a kernel of ours writes its pointer arrays on our stream from
+//! the groups' device offsets, so the host never needs them.
+//!
+//! While a GEMM runs, CubeCL's stream holds one SM with its wait kernel; every matmul descriptor
+//! therefore targets one SM less (`CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET`), which measured free on
+//! its own and removes the waiting kernel's 7-22% slowdown of large GEMMs
+//! (`shared/reference/gemm-interop-measurements.md`).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -88,6 +99,29 @@ pub struct LtOperand {
     pub scale: Option<(u64, ScaleMode)>,
 }
 
+/// A pointer-array batch of `count` GEMMs of the same shape, one per `chunk_rows`-row chunk of a
+/// grouped operand B (and of D): entry c multiplies chunk c of B by A's group g (the group whose
+/// rows hold the chunk's first row, `group_start`/`group_len` on the device) into chunk c of D.
+/// `LtGemm`'s `a`, `b` and `d` pointers are the bases; `pointers` is device memory for the three
+/// arrays (`pointer_array_bytes(count)`).
+#[derive(Debug, Clone, Copy)]
+pub struct LtBatch {
+    pub count: u64,
+    pub chunk_rows: u32,
+    pub groups: u32,
+    pub group_start: u64,
+    pub group_len: u64,
+    pub a_group_stride: u64,
+    pub b_chunk_stride: u64,
+    pub d_chunk_stride: u64,
+    pub pointers: u64,
+}
+
+/// Bytes of the three pointer arrays of a batch of `count` entries (each 16-byte aligned).
+pub fn pointer_array_bytes(count: usize) -> usize {
+    3 * count.div_ceil(2) * 16
+}
+
 /// `D (m x n, column-major) = op(A) (m x k) · op(B) (k x n) [+ C]`. Row-major, D is `[n, m]`.
 #[derive(Debug, Clone, Copy)]
 pub struct LtGemm {
@@ -103,12 +137,18 @@ pub struct LtGemm {
     /// FP8 fast accumulation (TE: fprop with per-tensor scales only; dgrad/wgrad and block
     /// scaling use the split accumulator).
     pub fast_accum: bool,
+    /// A pointer-array batch rather than one GEMM.
+    pub batch: Option<LtBatch>,
+    /// Time cuBLASLt's candidate algorithms on the first GEMM of this shape (one host wait);
+    /// off for shapes that change every step (a group's token count), which take the heuristic's
+    /// first choice.
+    pub autotune: bool,
 }
 
 impl LtGemm {
     fn algo_key(&self) -> String {
         format!(
-            "{} {} {} {:?} {:?} {} {} {} {} {:?} {:?} {:?} {} {}",
+            "{} {} {} {:?} {:?} {} {} {} {} {:?} {:?} {:?} {} {} {:?}",
             self.m,
             self.n,
             self.k,
@@ -122,10 +162,14 @@ impl LtGemm {
             self.b.scale.map(|s| s.1),
             self.d_dtype,
             self.fast_accum,
-            self.c.is_some()
+            self.c.is_some(),
+            self.batch.map(|b| b.count)
         )
     }
 }
+
+/// Streams a group of GEMMs spreads over (TE uses 4 for its per-expert GEMMs).
+const LANES: usize = 4;
 
 /// The device flags one CubeCL stream uses to order itself against ours.
 struct StreamFlags {
@@ -149,6 +193,7 @@ impl StreamFlags {
             .map_err(|e| LowpError::invalid("CubeCL", "get_resource", format!("{e:?}")))?;
         burn_lowp_kernels::cubecl::future::block_on(client.sync())
             .map_err(|e| LowpError::invalid("CubeCL", "sync", format!("{e:?}")))?;
+        super::host_sync::record_stream_setup();
         Ok(StreamFlags {
             handle,
             ptr: pin.resource().ptr,
@@ -161,14 +206,27 @@ impl StreamFlags {
 /// The per-device cuBLASLt state: handle, stream, workspace, chosen algorithms, stream flags.
 pub struct CublasLt {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// Lane 0 is our main stream (the handshake's); lanes 1.. are forks for groups of GEMMs.
+    lanes: Vec<Lane>,
     handle: lts::cublasLtHandle_t,
-    workspace: CudaSlice<u8>,
     workspace_size: usize,
+    /// The SMs a GEMM may plan for: all but the one CubeCL's wait kernel holds.
+    sm_target: i32,
     algos: HashMap<String, lts::cublasLtMatmulAlgo_t>,
     flags: HashMap<u64, StreamFlags>,
-    /// Our stream's wait kernel (NVRTC), compiled on first use.
-    wait_ready_fn: Option<cudarc::driver::CudaFunction>,
+    /// Our stream's kernels (NVRTC), compiled on first use.
+    kernels: Option<OurKernels>,
+}
+
+/// A stream of ours and the cuBLASLt workspace of the GEMMs it runs.
+struct Lane {
+    stream: Arc<CudaStream>,
+    workspace: CudaSlice<u8>,
+}
+
+struct OurKernels {
+    wait_ready: cudarc::driver::CudaFunction,
+    fill_pointers: cudarc::driver::CudaFunction,
 }
 
 // SAFETY: the handle and the pinned resources are only used behind the global mutex.
@@ -211,22 +269,37 @@ static INSTANCES: OnceLock<Mutex<HashMap<usize, CublasLt>>> = OnceLock::new();
 
 impl CublasLt {
     fn new(device: usize) -> Result<Self> {
+        use cudarc::driver::sys::CUdevice_attribute as A;
         let ctx = CudaContext::new(device).map_err(driver_error("open device"))?;
-        let stream = ctx.new_stream().map_err(driver_error("create stream"))?;
         let handle = lt::create_handle().map_err(lt_error("create handle"))?;
         let workspace_size = 32 << 20;
-        let workspace =
-            unsafe { stream.alloc::<u8>(workspace_size) }.map_err(driver_error("workspace"))?;
-        Ok(CublasLt {
+        let sms = ctx
+            .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_error("multiprocessor count"))?;
+        let mut instance = CublasLt {
             ctx,
-            stream,
+            lanes: Vec::new(),
             handle,
-            workspace,
             workspace_size,
+            sm_target: (sms - 1).max(1),
             algos: HashMap::new(),
             flags: HashMap::new(),
-            wait_ready_fn: None,
-        })
+            kernels: None,
+        };
+        instance.add_lane()?;
+        Ok(instance)
+    }
+
+    fn add_lane(&mut self) -> Result<()> {
+        let stream = self.ctx.new_stream().map_err(driver_error("create stream"))?;
+        let workspace = unsafe { stream.alloc::<u8>(self.workspace_size) }
+            .map_err(driver_error("workspace"))?;
+        self.lanes.push(Lane { stream, workspace });
+        Ok(())
+    }
+
+    fn main_stream(&self) -> &Arc<CudaStream> {
+        &self.lanes[0].stream
     }
 
     /// Runs `f` with the process-wide instance of CUDA device `device`, creating it on first use.
@@ -242,26 +315,40 @@ impl CublasLt {
         f(guard.get_mut(&device).expect("inserted above"))
     }
 
-    /// Enqueues one GEMM on our stream (does not wait).
+    /// Enqueues one GEMM on our main stream (does not wait).
     ///
     /// # Safety
     /// Every pointer in `g` must be a live device allocation of the size the dimensions imply.
     pub unsafe fn enqueue(&mut self, g: &LtGemm) -> Result<()> {
+        unsafe { self.enqueue_on(0, g) }
+    }
+
+    /// Enqueues one GEMM (or pointer-array batch) on lane `lane`.
+    unsafe fn enqueue_on(&mut self, lane: usize, g: &LtGemm) -> Result<()> {
         self.ctx
             .bind_to_thread()
             .map_err(driver_error("bind context"))?;
+        if let Some(batch) = &g.batch {
+            self.fill_pointers(lane, g, batch)?;
+        }
         let desc = lt::create_matmul_desc(
             lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             DataType::CUDA_R_32F,
         )
         .map_err(lt_error("create matmul desc"))?;
-        let result = unsafe { self.enqueue_with(desc, g) };
+        let result = unsafe { self.enqueue_with(lane, desc, g) };
         let _ = unsafe { lt::destroy_matmul_desc(desc) };
         result
     }
 
-    unsafe fn enqueue_with(&mut self, desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
+    unsafe fn enqueue_with(
+        &mut self,
+        lane: usize,
+        desc: lts::cublasLtMatmulDesc_t,
+        g: &LtGemm,
+    ) -> Result<()> {
         unsafe {
+            set(desc, Attr::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
             set(
                 desc,
                 Attr::CUBLASLT_MATMUL_DESC_TRANSA,
@@ -316,7 +403,12 @@ impl CublasLt {
             .map_err(lt_error("layout B"))?;
         let d = lt::create_matrix_layout(g.d_dtype, g.m, g.n, g.m as i64)
             .map_err(lt_error("layout D"))?;
-        let result = unsafe { self.run(desc, g, a, b, d) };
+        if let Some(batch) = &g.batch {
+            for layout in [a, b, d] {
+                unsafe { set_batched(layout, batch.count as i32)? };
+            }
+        }
+        let result = unsafe { self.run(lane, desc, g, a, b, d) };
         unsafe {
             let _ = lt::destroy_matrix_layout(a);
             let _ = lt::destroy_matrix_layout(b);
@@ -327,6 +419,7 @@ impl CublasLt {
 
     unsafe fn run(
         &mut self,
+        lane: usize,
         desc: lts::cublasLtMatmulDesc_t,
         g: &LtGemm,
         a: lts::cublasLtMatrixLayout_t,
@@ -337,12 +430,12 @@ impl CublasLt {
         let algo = match self.algos.get(&key) {
             Some(algo) => *algo,
             None => {
-                let algo = unsafe { self.choose_algo(desc, g, a, b, d)? };
+                let algo = unsafe { self.choose_algo(lane, desc, g, a, b, d)? };
                 self.algos.insert(key, algo);
                 algo
             }
         };
-        unsafe { self.matmul(desc, g, &algo, a, b, d) }
+        unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }
     }
 
     /// The algorithm for a new GEMM shape: cuBLASLt's heuristic proposes up to `CANDIDATES`;
@@ -352,6 +445,7 @@ impl CublasLt {
     /// `LOWP_GEMM_AUTOTUNE=0` keeps the heuristic's first choice (what TE does).
     unsafe fn choose_algo(
         &mut self,
+        lane: usize,
         desc: lts::cublasLtMatmulDesc_t,
         g: &LtGemm,
         a: lts::cublasLtMatrixLayout_t,
@@ -404,25 +498,24 @@ impl CublasLt {
                 format!("{g:?}"),
             ));
         };
-        if candidates.len() == 1 || std::env::var("LOWP_GEMM_AUTOTUNE").as_deref() == Ok("0") {
+        if candidates.len() == 1
+            || !g.autotune
+            || std::env::var("LOWP_GEMM_AUTOTUNE").as_deref() == Ok("0")
+        {
             return Ok(first);
         }
+        super::host_sync::record_gemm_autotune();
         let timing = Some(cuda::CUevent_flags::CU_EVENT_DEFAULT);
+        let stream = self.lanes[lane].stream.clone();
         let mut best = (f32::INFINITY, first);
         for algo in candidates {
-            if unsafe { self.matmul(desc, g, &algo, a, b, d) }.is_err() {
+            if unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_err() {
                 continue;
             }
-            let start = self
-                .stream
-                .record_event(timing)
-                .map_err(driver_error("event"))?;
-            let ran =
-                (0..TIMED_RUNS).all(|_| unsafe { self.matmul(desc, g, &algo, a, b, d) }.is_ok());
-            let end = self
-                .stream
-                .record_event(timing)
-                .map_err(driver_error("event"))?;
+            let start = stream.record_event(timing).map_err(driver_error("event"))?;
+            let ran = (0..TIMED_RUNS)
+                .all(|_| unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_ok());
+            let end = stream.record_event(timing).map_err(driver_error("event"))?;
             let ms = start.elapsed_ms(&end).map_err(driver_error("event time"))?;
             if ran && ms < best.0 {
                 best = (ms, algo);
@@ -433,6 +526,7 @@ impl CublasLt {
 
     unsafe fn matmul(
         &mut self,
+        lane: usize,
         desc: lts::cublasLtMatmulDesc_t,
         g: &LtGemm,
         algo: &lts::cublasLtMatmulAlgo_t,
@@ -442,26 +536,35 @@ impl CublasLt {
     ) -> Result<()> {
         let alpha = 1.0f32;
         let beta = if g.c.is_some() { 1.0f32 } else { 0.0f32 };
-        let c = g.c.unwrap_or(g.d);
-        let (workspace, guard) = self.workspace.device_ptr(&self.stream);
+        // A batch passes its pointer arrays (written by `fill_pointers`) instead of the matrices.
+        let (a_ptr, b_ptr, d_ptr) = match &g.batch {
+            Some(batch) => {
+                let stride = batch.count.div_ceil(2) * 16;
+                (batch.pointers, batch.pointers + stride, batch.pointers + 2 * stride)
+            }
+            None => (g.a.ptr, g.b.ptr, g.d),
+        };
+        let c = if g.batch.is_some() { d_ptr } else { g.c.unwrap_or(g.d) };
+        let lane = &self.lanes[lane];
+        let (workspace, guard) = lane.workspace.device_ptr(&lane.stream);
         let result = unsafe {
             lt::matmul(
                 self.handle,
                 desc,
                 &alpha as *const f32 as *const c_void,
                 &beta as *const f32 as *const c_void,
-                g.a.ptr as *const c_void,
+                a_ptr as *const c_void,
                 a,
-                g.b.ptr as *const c_void,
+                b_ptr as *const c_void,
                 b,
                 c as *const c_void,
                 d,
-                g.d as *mut c_void,
+                d_ptr as *mut c_void,
                 d,
                 algo,
                 workspace as *mut c_void,
                 self.workspace_size,
-                self.stream.cu_stream() as lts::cudaStream_t,
+                lane.stream.cu_stream() as lts::cudaStream_t,
             )
         };
         drop(guard);
@@ -469,9 +572,88 @@ impl CublasLt {
     }
 
     pub fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(driver_error("stream sync"))
+        for lane in &self.lanes {
+            lane.stream
+                .synchronize()
+                .map_err(driver_error("stream sync"))?;
+        }
+        Ok(())
+    }
+
+    fn our_kernels(&mut self) -> Result<&OurKernels> {
+        if self.kernels.is_none() {
+            self.kernels = Some(compile_our_kernels(&self.ctx)?);
+        }
+        Ok(self.kernels.as_ref().expect("compiled above"))
+    }
+
+    /// Writes a batch's pointer arrays on lane `lane` (see `LtBatch`).
+    fn fill_pointers(&mut self, lane: usize, g: &LtGemm, batch: &LtBatch) -> Result<()> {
+        let function = self.our_kernels()?.fill_pointers.clone();
+        let stream = self.lanes[lane].stream.clone();
+        let count = batch.count as u32;
+        let stride_words = (batch.count.div_ceil(2) * 2) as u32;
+        let mut launch = stream.launch_builder(&function);
+        launch
+            .arg(&batch.pointers)
+            .arg(&count)
+            .arg(&stride_words)
+            .arg(&batch.group_start)
+            .arg(&batch.group_len)
+            .arg(&batch.groups)
+            .arg(&batch.chunk_rows)
+            .arg(&g.a.ptr)
+            .arg(&batch.a_group_stride)
+            .arg(&g.b.ptr)
+            .arg(&batch.b_chunk_stride)
+            .arg(&g.d)
+            .arg(&batch.d_chunk_stride);
+        unsafe {
+            launch.launch(cudarc::driver::LaunchConfig {
+                grid_dim: (count.div_ceil(128).max(1), 1, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map(|_| ())
+        .map_err(driver_error("launch pointer kernel"))
+    }
+
+    /// Runs `gemms` spread over the lanes (added up to `LANES` on first use): every lane starts
+    /// after what the main stream queued so far, and the main stream continues after all of them.
+    unsafe fn enqueue_group(&mut self, gemms: &[LtGemm]) -> Result<()> {
+        if gemms.len() <= 1 {
+            return gemms
+                .first()
+                .map_or(Ok(()), |g| unsafe { self.enqueue_on(0, g) });
+        }
+        while self.lanes.len() < LANES.min(gemms.len()) {
+            self.add_lane()?;
+        }
+        let used = LANES.min(gemms.len());
+        let start = self
+            .main_stream()
+            .record_event(None)
+            .map_err(driver_error("event"))?;
+        for lane in 1..used {
+            self.lanes[lane]
+                .stream
+                .wait(&start)
+                .map_err(driver_error("stream wait"))?;
+        }
+        for (i, g) in gemms.iter().enumerate() {
+            unsafe { self.enqueue_on(i % used, g)? };
+        }
+        for lane in 1..used {
+            let done = self.lanes[lane]
+                .stream
+                .record_event(None)
+                .map_err(driver_error("event"))?;
+            self.main_stream()
+                .wait(&done)
+                .map_err(driver_error("stream wait"))?;
+        }
+        Ok(())
     }
 
     /// The flags of the calling thread's CubeCL stream on `client`, created on first use.
@@ -489,14 +671,17 @@ impl CublasLt {
         &mut self,
         client: &ComputeClient<CudaRuntime>,
     ) -> Result<(Handle, u64, u32)> {
-        let stream = self.stream.clone();
+        let lt = &*self;
+        let streams: Vec<Arc<CudaStream>> = lt.lanes.iter().map(|l| l.stream.clone()).collect();
         let flags = self.stream_flags(client)?;
         if flags.counter == u32::MAX {
             // Values must only grow: after 2^32 GEMMs, drain both streams and start over with a
             // fresh zeroed buffer.
             burn_lowp_kernels::cubecl::future::block_on(client.sync())
                 .map_err(|e| LowpError::invalid("CubeCL", "sync", format!("{e:?}")))?;
-            stream.synchronize().map_err(driver_error("stream sync"))?;
+            for stream in &streams {
+                stream.synchronize().map_err(driver_error("stream sync"))?;
+            }
             *flags = StreamFlags::zeroed(client)?;
         }
         flags.counter += 1;
@@ -506,12 +691,10 @@ impl CublasLt {
     /// Queues on our stream a one-thread kernel that returns once READY of the flags at `flags`
     /// reaches `value` (or records `value` in TIMED_OUT after `OUR_MAX_POLLS` polls).
     fn wait_ready(&mut self, flags: u64, value: u32) -> Result<()> {
-        if self.wait_ready_fn.is_none() {
-            self.wait_ready_fn = Some(compile_wait_ready(&self.ctx)?);
-        }
-        let function = self.wait_ready_fn.as_ref().expect("compiled above");
+        let function = self.our_kernels()?.wait_ready.clone();
         let max_polls = OUR_MAX_POLLS;
-        let mut launch = self.stream.launch_builder(function);
+        let stream = self.main_stream().clone();
+        let mut launch = stream.launch_builder(&function);
         launch.arg(&flags).arg(&value).arg(&max_polls);
         unsafe {
             launch.launch(cudarc::driver::LaunchConfig {
@@ -530,7 +713,12 @@ impl CublasLt {
             .bind_to_thread()
             .map_err(driver_error("bind context"))?;
         unsafe {
-            cuda::cuMemsetD32Async(flags + (DONE * 4) as u64, value, 1, self.stream.cu_stream())
+            cuda::cuMemsetD32Async(
+                flags + (DONE * 4) as u64,
+                value,
+                1,
+                self.main_stream().cu_stream(),
+            )
         }
         .result()
         .map_err(driver_error("cuMemsetD32Async"))
@@ -541,12 +729,37 @@ impl CublasLt {
 /// about ten seconds, far longer than CubeCL's queue ahead of a GEMM can take.
 const OUR_MAX_POLLS: u32 = 1 << 26;
 
-/// The wait kernel of our stream, compiled with NVRTC on first use. CubeCL's pool memory
-/// (`cuMemAllocAsync`) is refused by `cuStreamWaitValue32` (CUDA_ERROR_INVALID_VALUE, seen on an
-/// H100 with driver 580), so our stream polls the flag with a kernel instead.
-fn compile_wait_ready(ctx: &Arc<CudaContext>) -> Result<cudarc::driver::CudaFunction> {
+/// Our streams' kernels, compiled with NVRTC on first use:
+/// * `lowp_wait_ready`: CubeCL's pool memory (`cuMemAllocAsync`) is refused by
+///   `cuStreamWaitValue32` (CUDA_ERROR_INVALID_VALUE, seen on an H100 with driver 580), so our
+///   stream polls the flag with a kernel instead;
+/// * `lowp_fill_pointers`: a pointer-array batch's arrays from the groups' device offsets (entry c
+///   takes A's group holding row `c * chunk_rows`; tail chunks the last group starting at or
+///   before it, whose zero rows make zero output).
+fn compile_our_kernels(ctx: &Arc<CudaContext>) -> Result<OurKernels> {
     let source = format!(
         r#"
+extern "C" __global__ void lowp_fill_pointers(
+    unsigned long long* arrays, unsigned int count, unsigned int stride,
+    const unsigned int* group_start, const unsigned int* group_len, unsigned int groups,
+    unsigned int chunk_rows,
+    unsigned long long a, unsigned long long a_stride,
+    unsigned long long b, unsigned long long b_stride,
+    unsigned long long d, unsigned long long d_stride) {{
+    unsigned int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= count) return;
+    unsigned long long row = (unsigned long long)c * chunk_rows;
+    unsigned int lo = 0, hi = groups;
+    while (hi - lo > 1) {{
+        unsigned int mid = (lo + hi) / 2;
+        if (group_start[mid] <= row) lo = mid; else hi = mid;
+    }}
+    (void)group_len;
+    arrays[c] = a + lo * a_stride;
+    arrays[stride + c] = b + c * b_stride;
+    arrays[2 * stride + c] = d + c * d_stride;
+}}
+
 extern "C" __global__ void lowp_wait_ready(unsigned int* flags, unsigned int value, unsigned int max_polls) {{
     volatile unsigned int* ready = flags + {READY};
     unsigned int polls = 0;
@@ -568,13 +781,39 @@ extern "C" __global__ void lowp_wait_ready(unsigned int* flags, unsigned int val
             ..Default::default()
         },
     )
-    .map_err(|e| LowpError::invalid("NVRTC", "wait kernel", format!("{e:?}")))?;
+    .map_err(|e| LowpError::invalid("NVRTC", "our kernels", format!("{e:?}")))?;
     let module = ctx
         .load_module(ptx)
-        .map_err(driver_error("load wait kernel"))?;
-    module
-        .load_function("lowp_wait_ready")
-        .map_err(driver_error("wait kernel function"))
+        .map_err(driver_error("load our kernels"))?;
+    Ok(OurKernels {
+        wait_ready: module
+            .load_function("lowp_wait_ready")
+            .map_err(driver_error("wait kernel function"))?,
+        fill_pointers: module
+            .load_function("lowp_fill_pointers")
+            .map_err(driver_error("pointer kernel function"))?,
+    })
+}
+
+/// Marks a matrix layout as a pointer-array batch of `count` entries.
+unsafe fn set_batched(layout: lts::cublasLtMatrixLayout_t, count: i32) -> Result<()> {
+    use lts::cublasLtMatrixLayoutAttribute_t as L;
+    let mode = lts::cublasLtBatchMode_t::CUBLASLT_BATCH_MODE_POINTER_ARRAY as i32;
+    for (attr, value) in [
+        (L::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count),
+        (L::CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, mode),
+    ] {
+        unsafe {
+            lt::set_matrix_layout_attribute(
+                layout,
+                attr,
+                &value as *const i32 as *const c_void,
+                std::mem::size_of::<i32>(),
+            )
+        }
+        .map_err(lt_error("set layout attribute"))?;
+    }
+    Ok(())
 }
 
 fn pin_buffers(
@@ -590,24 +829,32 @@ fn pin_buffers(
         pointers.push(pin.resource().ptr);
         pins.push(Box::new(pin));
     }
-    if let Some(p) = pointers.iter().find(|p| *p % 16 != 0) {
-        return Err(LowpError::invalid(
-            "GEMM operand",
-            format!("address {p:#x}"),
-            "cuBLASLt needs 16-byte aligned buffers",
-        ));
-    }
     Ok((pins, pointers))
+}
+
+/// cuBLASLt reads and writes matrices at 16-byte aligned addresses (scales need not be).
+fn check_aligned(gemms: &[LtGemm]) -> Result<()> {
+    for g in gemms {
+        let matrices = [Some(g.a.ptr), Some(g.b.ptr), Some(g.d), g.c];
+        if let Some(p) = matrices.into_iter().flatten().find(|p| p % 16 != 0) {
+            return Err(LowpError::invalid(
+                "GEMM operand",
+                format!("address {p:#x}"),
+                "cuBLASLt needs 16-byte aligned matrices",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn host_synchronized(
     client: &ComputeClient<CudaRuntime>,
     lt: &mut CublasLt,
-    gemm: &LtGemm,
+    gemms: &[LtGemm],
 ) -> Result<()> {
     burn_lowp_kernels::cubecl::future::block_on(client.sync())
         .map_err(|e| LowpError::invalid("CubeCL", "sync", format!("{e:?}")))?;
-    unsafe { lt.enqueue(gemm)? };
+    unsafe { lt.enqueue_group(gemms)? };
     lt.synchronize()
 }
 
@@ -640,6 +887,17 @@ pub fn run_on_cubecl_buffers(
     buffers: &[&Handle],
     build: impl FnOnce(&[u64]) -> LtGemm + Send,
 ) -> Result<()> {
+    run_group_on_cubecl_buffers(client, device, buffers, |pointers| vec![build(pointers)])
+}
+
+/// Runs a group of GEMMs on CubeCL buffers with one handshake (see the module docs); `build`
+/// turns the buffers' device pointers into the GEMMs, which spread over our streams.
+pub fn run_group_on_cubecl_buffers(
+    client: &ComputeClient<CudaRuntime>,
+    device: usize,
+    buffers: &[&Handle],
+    build: impl FnOnce(&[u64]) -> Vec<LtGemm> + Send,
+) -> Result<()> {
     client
         .exclusive(|| run_on_device_thread(client, device, buffers, build))
         .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?
@@ -649,12 +907,14 @@ fn run_on_device_thread(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
-    build: impl FnOnce(&[u64]) -> LtGemm,
+    build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
 ) -> Result<()> {
     CublasLt::with(device, |lt| match stream_ordering() {
         StreamOrdering::HostSync => {
             let (pins, pointers) = pin_buffers(client, buffers)?;
-            let result = host_synchronized(client, lt, &build(&pointers));
+            let gemms = build(&pointers);
+            check_aligned(&gemms)?;
+            let result = host_synchronized(client, lt, &gemms);
             drop(pins);
             result
         }
@@ -665,15 +925,18 @@ fn run_on_device_thread(
             // on the CUDA stream before our stream starts waiting for it.
             burn_lowp_kernels::signal_flag(client, &flags, value);
             let (pins, pointers) = pin_buffers(client, buffers)?;
-            let gemm = build(&pointers);
+            let gemms = build(&pointers);
+            // Checked before the wait is queued: an error must not leave CubeCL's stream
+            // waiting for a DONE that never comes (its wait kernel is queued only below).
+            let aligned = check_aligned(&gemms);
             if let Err(e) = lt.wait_ready(flags_ptr, value) {
                 eprintln!("burn-lowp: {e}; falling back to host-synchronized cuBLASLt ordering");
                 set_stream_ordering(StreamOrdering::HostSync);
-                let result = host_synchronized(client, lt, &gemm);
+                let result = aligned.and_then(|_| host_synchronized(client, lt, &gemms));
                 drop(pins);
                 return result;
             }
-            let result = unsafe { lt.enqueue(&gemm) };
+            let result = aligned.and_then(|_| unsafe { lt.enqueue_group(&gemms) });
             // DONE is written even if the GEMM could not be queued, so that CubeCL's stream is
             // never held for a GEMM that will not run.
             match lt.signal_done(flags_ptr, value) {

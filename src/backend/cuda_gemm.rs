@@ -46,13 +46,13 @@ pub fn is_cuda<R: CubeRuntime>() -> bool {
     std::any::TypeId::of::<R>() == std::any::TypeId::of::<CudaRuntime>()
 }
 
-fn cuda_client<R: CubeRuntime>(client: &ComputeClient<R>) -> &ComputeClient<CudaRuntime> {
+pub(crate) fn cuda_client<R: CubeRuntime>(client: &ComputeClient<R>) -> &ComputeClient<CudaRuntime> {
     (client as &dyn Any)
         .downcast_ref()
         .expect("called only when R is CudaRuntime")
 }
 
-fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
+pub(crate) fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
     (device as &dyn Any)
         .downcast_ref::<CudaDevice>()
         .expect("called only when R is CudaRuntime")
@@ -67,7 +67,7 @@ fn compute_capability_major(device: usize) -> i32 {
         .unwrap_or(0)
 }
 
-fn is_hopper(device: usize) -> bool {
+pub(crate) fn is_hopper(device: usize) -> bool {
     static MAJOR: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, i32>>> =
         std::sync::OnceLock::new();
     let map = MAJOR.get_or_init(Default::default);
@@ -78,7 +78,7 @@ fn is_hopper(device: usize) -> bool {
 }
 
 /// The client and device of an operand (every operand of one GEMM lives on one device).
-fn location<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(crate) fn location<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     q: &QuantizedTensor<Cube<R, F, I, BT>>,
 ) -> Option<(ComputeClient<R>, R::Device)> {
     [&q.rowwise, &q.columnwise]
@@ -92,7 +92,7 @@ fn location<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
 }
 
 /// Which cuBLASLt path runs `kind` on these storages.
-fn plan<BB: LowpBackend>(
+pub(crate) fn plan<BB: LowpBackend>(
     a: &Storage<BB>,
     b: &Storage<BB>,
     shape: (usize, usize, usize),
@@ -131,7 +131,7 @@ fn plan<BB: LowpBackend>(
 }
 
 /// `(rows_out, cols_out, contraction)` of `kind`, checked.
-fn dims<BB: LowpBackend>(
+pub(crate) fn dims<BB: LowpBackend>(
     kind: GemmKind,
     a: &QuantizedTensor<BB>,
     b: &QuantizedTensor<BB>,
@@ -165,7 +165,7 @@ pub fn gemm_path<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     )
 }
 
-fn data_type(dtype: DType) -> DataType {
+pub(crate) fn data_type(dtype: DType) -> DataType {
     match dtype {
         DType::F32 => DataType::CUDA_R_32F,
         DType::F16 => DataType::CUDA_R_16F,
@@ -174,7 +174,7 @@ fn data_type(dtype: DType) -> DataType {
     }
 }
 
-fn fp8_type(fp8: Fp8Format) -> DataType {
+pub(crate) fn fp8_type(fp8: Fp8Format) -> DataType {
     match fp8 {
         Fp8Format::E4M3 => DataType::CUDA_R_8F_E4M3,
         Fp8Format::E5M2 => DataType::CUDA_R_8F_E5M2,
@@ -240,144 +240,168 @@ fn block_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
     })
 }
 
-/// Runs `kind` through cuBLASLt (`R` must be `CudaRuntime`).
-pub fn gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+/// One operand as cuBLASLt reads it: buffer, element type, whether it is stored outer-major
+/// (`[outer, k]`, K contiguous), and its scale.
+struct LtInput {
+    data: Handle,
+    dtype: DataType,
+    outer_major: bool,
+    scale: Option<(Handle, ScaleMode)>,
+}
+
+/// Lays out operand `q` (its `direction` storage `s`) for `path`: FP8 codes as stored (always
+/// `[outer, k]`), high precision in its logical layout (`hp_outer_major` says whether that is
+/// `[outer, k]`), anything else dequantized to BF16. Tensors made here go to `keep`.
+#[allow(clippy::too_many_arguments)]
+fn lt_input<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    path: GemmPath,
+    q: &QuantizedTensor<Cube<R, F, I, BT>>,
+    s: &Storage<Cube<R, F, I, BT>>,
+    direction: Direction,
+    outer: usize,
+    k: usize,
+    hp_outer_major: bool,
+    keep: &mut Vec<CubeTensor<R>>,
+) -> Result<LtInput> {
+    type B<R, F, I, BT> = Cube<R, F, I, BT>;
+    match path {
+        GemmPath::CublasLtFp8Tensor | GemmPath::CublasLtFp8Block => {
+            let Storage::Quantized(st) = s else {
+                unreachable!("FP8 paths have quantized operands")
+            };
+            if st.codes_shape != [outer, k] {
+                return Err(LowpError::shape(
+                    "FP8 GEMM operand codes",
+                    format!("{:?}", st.codes_shape),
+                    format!("[{outer}, {k}] (outer dimension, contraction)"),
+                ));
+            }
+            let (fp8, scale) = match (&st.format, &st.scales) {
+                (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(bytes)) => {
+                    (*fp8, (bytes.handle.clone(), ScaleMode::Tensor))
+                }
+                (QuantFormat::Fp8Block { fp8, block }, _) => {
+                    let (scales, mode) = block_scales::<R, F, I, BT>(st, *block)?;
+                    let handle = scales.handle.clone();
+                    keep.push(scales);
+                    (*fp8, (handle, mode))
+                }
+                _ => unreachable!("planned as FP8"),
+            };
+            Ok(LtInput {
+                data: st.codes.handle.clone(),
+                dtype: fp8_type(fp8),
+                outer_major: true,
+                scale: Some(scale),
+            })
+        }
+        GemmPath::CublasLtHighPrecision => {
+            let Storage::HighPrecision(t) = s else {
+                unreachable!("high-precision path")
+            };
+            let t = contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols);
+            let (data, dtype) = (t.handle.clone(), data_type(t.dtype()));
+            keep.push(t);
+            Ok(LtInput {
+                data,
+                dtype,
+                outer_major: hp_outer_major,
+                scale: None,
+            })
+        }
+        _ => {
+            // Emulation: the operand's values in BF16, logical layout.
+            let t = match s {
+                Storage::HighPrecision(t) => contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols),
+                Storage::Quantized(st) => {
+                    let swizzled = matches!(
+                        st.scales,
+                        StorageScales::BlockBytes {
+                            layout: ScaleLayout::Swizzled,
+                            ..
+                        }
+                    );
+                    if swizzled {
+                        let compact = B::<R, F, I, BT>::unswizzle_scales(q.clone())?;
+                        B::<R, F, I, BT>::lowp_dequantize(&compact, direction)?
+                    } else {
+                        B::<R, F, I, BT>::lowp_dequantize(q, direction)?
+                    }
+                }
+            };
+            let t = into_contiguous(B::<R, F, I, BT>::float_cast(t, FloatDType::BF16));
+            let data = t.handle.clone();
+            keep.push(t);
+            Ok(LtInput {
+                data,
+                dtype: DataType::CUDA_R_16BF,
+                outer_major: hp_outer_major,
+                scale: None,
+            })
+        }
+    }
+}
+
+/// The dtype cuBLASLt writes for `wanted` on `path`: FP32 inputs give FP32 (cast afterwards).
+pub(crate) fn output_dtype<BB: LowpBackend>(
+    path: GemmPath,
+    a: &Storage<BB>,
+    wanted: FloatDType,
+) -> DType {
+    match (path, a) {
+        (GemmPath::CublasLtHighPrecision, Storage::HighPrecision(t)) if t.dtype() == DType::F32 => {
+            DType::F32
+        }
+        _ => DType::from(wanted),
+    }
+}
+
+/// A GEMM made ready for cuBLASLt: every buffer it touches, in the order `build` reads their
+/// device pointers, and the tensors that must live until it has run.
+pub(crate) struct PreparedGemm<R: CubeRuntime> {
+    pub handles: Vec<Handle>,
+    pub keep: Vec<CubeTensor<R>>,
+    pub build: Box<dyn FnOnce(&[u64]) -> LtGemm + Send>,
+}
+
+/// Where a prepared GEMM writes: `d` (`[rows, cols]` of `d_dtype`, possibly a view into a larger
+/// buffer), optionally adding `c` (same shape and dtype).
+pub(crate) struct GemmOutput<R: CubeRuntime> {
+    pub d: Handle,
+    pub d_dtype: DType,
+    pub c: Option<CubeTensor<R>>,
+}
+
+/// Prepares `kind` on `a` and `b` along `path` (a cuBLASLt path of `plan`), writing `out`.
+pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     kind: GemmKind,
     a: &QuantizedTensor<Cube<R, F, I, BT>>,
     b: &QuantizedTensor<Cube<R, F, I, BT>>,
-    options: GemmOptions<Cube<R, F, I, BT>>,
-) -> Result<CubeTensor<R>> {
-    type B<R, F, I, BT> = Cube<R, F, I, BT>;
+    path: GemmPath,
+    out: GemmOutput<R>,
+    autotune: bool,
+) -> Result<PreparedGemm<R>> {
     let (rows, cols, k) = dims(kind, a, b)?;
     let (m, n) = (cols, rows);
     let (da, db) = kind.directions();
     let (sa, sb) = (a.require(da)?, b.require(db)?);
-    let (client, device) = location(a).ok_or_else(|| {
-        LowpError::invalid("GEMM operand", "no representation", "an operand holds data")
-    })?;
-    let device_index = cuda_device::<R>(&device);
-    let path = plan(sa, sb, (m, n, k), is_hopper(device_index));
-
-    // Each operand as (buffer, dtype, outer-major?, scale, tensors to keep alive).
-    let mut keep: Vec<CubeTensor<R>> = Vec::new();
-    let mut operand = |q: &QuantizedTensor<B<R, F, I, BT>>,
-                       s: &Storage<B<R, F, I, BT>>,
-                       direction: Direction,
-                       outer: usize,
-                       hp_outer_major: bool|
-     -> Result<(Handle, DataType, bool, Option<(Handle, ScaleMode)>)> {
-        match path {
-            GemmPath::CublasLtFp8Tensor | GemmPath::CublasLtFp8Block => {
-                let Storage::Quantized(st) = s else {
-                    unreachable!("FP8 paths have quantized operands")
-                };
-                if st.codes_shape != [outer, k] {
-                    return Err(LowpError::shape(
-                        "FP8 GEMM operand codes",
-                        format!("{:?}", st.codes_shape),
-                        format!("[{outer}, {k}] (outer dimension, contraction)"),
-                    ));
-                }
-                let (fp8, scale) = match (&st.format, &st.scales) {
-                    (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(bytes)) => {
-                        (*fp8, (bytes.handle.clone(), ScaleMode::Tensor))
-                    }
-                    (QuantFormat::Fp8Block { fp8, block }, _) => {
-                        let (scales, mode) = block_scales::<R, F, I, BT>(st, *block)?;
-                        let handle = scales.handle.clone();
-                        keep.push(scales);
-                        (*fp8, (handle, mode))
-                    }
-                    _ => unreachable!("planned as FP8"),
-                };
-                Ok((st.codes.handle.clone(), fp8_type(fp8), true, Some(scale)))
-            }
-            GemmPath::CublasLtHighPrecision => {
-                let Storage::HighPrecision(t) = s else {
-                    unreachable!("high-precision path")
-                };
-                let t = contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols);
-                let (handle, dtype) = (t.handle.clone(), data_type(t.dtype()));
-                keep.push(t);
-                Ok((handle, dtype, hp_outer_major, None))
-            }
-            _ => {
-                // Emulation: the operand's values in BF16, logical layout.
-                let t = match s {
-                    Storage::HighPrecision(t) => {
-                        contiguous::<R, F, I, BT>(t.clone(), q.rows, q.cols)
-                    }
-                    Storage::Quantized(st) => {
-                        let swizzled = matches!(
-                            st.scales,
-                            StorageScales::BlockBytes {
-                                layout: ScaleLayout::Swizzled,
-                                ..
-                            }
-                        );
-                        if swizzled {
-                            let compact = B::<R, F, I, BT>::unswizzle_scales(q.clone())?;
-                            B::<R, F, I, BT>::lowp_dequantize(&compact, direction)?
-                        } else {
-                            B::<R, F, I, BT>::lowp_dequantize(q, direction)?
-                        }
-                    }
-                };
-                let t = into_contiguous(B::<R, F, I, BT>::float_cast(t, FloatDType::BF16));
-                let handle = t.handle.clone();
-                keep.push(t);
-                Ok((handle, DataType::CUDA_R_16BF, hp_outer_major, None))
-            }
-        }
-    };
+    let mut keep = Vec::new();
     // cuBLAS A = operand b (outer m), B = operand a (outer n). High-precision layouts: b is
     // [outer, k] only in fprop (W [N, K]); a is [k, outer] only in wgrad (dY [M, N]).
-    let (a_data, a_type, a_outer_major, a_scale) = operand(b, sb, db, m, kind == GemmKind::Fprop)?;
-    let (b_data, b_type, b_outer_major, b_scale) = operand(a, sa, da, n, kind != GemmKind::Wgrad)?;
-
-    // Output dtype: what the caller asked for where cuBLASLt can write it from these inputs
-    // (FP32 inputs give FP32), else FP32 and a cast.
-    let wanted = DType::from(options.out_dtype);
-    let d_dtype = if a_type == DataType::CUDA_R_32F {
-        DType::F32
-    } else {
-        wanted
-    };
-    let c = match options.accumulate {
-        Some(c) => {
-            let shape = c.shape();
-            if shape.as_slice() != [rows, cols] {
-                return Err(LowpError::shape(
-                    "accumulate",
-                    format!("{:?}", shape.as_slice()),
-                    format!("the GEMM output is [{rows}, {cols}]"),
-                ));
-            }
-            let c = if c.dtype() == d_dtype {
-                c
-            } else {
-                B::<R, F, I, BT>::float_cast(c, d_dtype.into())
-            };
-            Some(contiguous::<R, F, I, BT>(c, rows, cols))
-        }
-        None => None,
-    };
-    let out = client.empty(rows * cols * d_dtype.size());
-
-    let mut buffers = vec![&a_data, &b_data, &out];
-    let scale_handles: Vec<&Handle> = [&a_scale, &b_scale]
-        .into_iter()
-        .flatten()
-        .map(|(h, _)| h)
-        .collect();
-    buffers.extend(scale_handles.iter().copied());
-    if let Some(c) = &c {
-        buffers.push(&c.handle);
+    let la = lt_input(path, b, sb, db, m, k, kind == GemmKind::Fprop, &mut keep)?;
+    let lb = lt_input(path, a, sa, da, n, k, kind != GemmKind::Wgrad, &mut keep)?;
+    let mut handles = vec![la.data.clone(), lb.data.clone(), out.d.clone()];
+    handles.extend([&la.scale, &lb.scale].into_iter().flatten().map(|(h, _)| h.clone()));
+    if let Some(c) = &out.c {
+        handles.push(c.handle.clone());
     }
-    let (a_mode, b_mode) = (a_scale.as_ref().map(|s| s.1), b_scale.as_ref().map(|s| s.1));
+    let (a_mode, b_mode) = (la.scale.as_ref().map(|s| s.1), lb.scale.as_ref().map(|s| s.1));
     let fast_accum = path == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
-    let has_c = c.is_some();
-    run_on_cubecl_buffers(cuda_client(&client), device_index, &buffers, |ptr| {
+    let has_c = out.c.is_some();
+    let (a_type, b_type, a_outer_major, b_outer_major) =
+        (la.dtype, lb.dtype, la.outer_major, lb.outer_major);
+    let d_type = data_type(out.d_dtype);
+    let build = Box::new(move |ptr: &[u64]| {
         // ptr order: a, b, d, [scales of A then B], [c]
         let mut next = 3;
         let mut scale = |mode: Option<ScaleMode>| {
@@ -411,15 +435,84 @@ pub fn gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             },
             c: has_c.then(|| ptr[next]),
             d: ptr[2],
-            d_dtype: data_type(d_dtype),
+            d_dtype: d_type,
             fast_accum,
+            batch: None,
+            autotune,
         }
+    });
+    if let Some(c) = out.c {
+        keep.push(c);
+    }
+    Ok(PreparedGemm {
+        handles,
+        keep,
+        build,
+    })
+}
+
+/// Checks an accumulate-into tensor's shape and gives it the output's dtype and layout.
+pub(crate) fn accumulate_input<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    c: CubeTensor<R>,
+    [rows, cols]: [usize; 2],
+    d_dtype: DType,
+) -> Result<CubeTensor<R>> {
+    let shape = c.shape();
+    if shape.as_slice() != [rows, cols] {
+        return Err(LowpError::shape(
+            "accumulate",
+            format!("{:?}", shape.as_slice()),
+            format!("the GEMM output is [{rows}, {cols}]"),
+        ));
+    }
+    let c = if c.dtype() == d_dtype {
+        c
+    } else {
+        Cube::<R, F, I, BT>::float_cast(c, d_dtype.into())
+    };
+    Ok(contiguous::<R, F, I, BT>(c, rows, cols))
+}
+
+/// Runs `kind` through cuBLASLt (`R` must be `CudaRuntime`).
+pub fn gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: &QuantizedTensor<Cube<R, F, I, BT>>,
+    b: &QuantizedTensor<Cube<R, F, I, BT>>,
+    options: GemmOptions<Cube<R, F, I, BT>>,
+) -> Result<CubeTensor<R>> {
+    let (rows, cols, k) = dims(kind, a, b)?;
+    let (da, db) = kind.directions();
+    let (sa, sb) = (a.require(da)?, b.require(db)?);
+    let (client, device) = location(a).ok_or_else(|| {
+        LowpError::invalid("GEMM operand", "no representation", "an operand holds data")
     })?;
-    drop(keep);
+    let device_index = cuda_device::<R>(&device);
+    let path = plan(sa, sb, (cols, rows, k), is_hopper(device_index));
+    let d_dtype = output_dtype(path, sa, options.out_dtype);
+    let c = options
+        .accumulate
+        .map(|c| accumulate_input::<R, F, I, BT>(c, [rows, cols], d_dtype))
+        .transpose()?;
+    let out = client.empty(rows * cols * d_dtype.size());
+    let prepared = prepare(
+        kind,
+        a,
+        b,
+        path,
+        GemmOutput {
+            d: out.clone(),
+            d_dtype,
+            c,
+        },
+        true,
+    )?;
+    let buffers: Vec<&Handle> = prepared.handles.iter().collect();
+    run_on_cubecl_buffers(cuda_client(&client), device_index, &buffers, prepared.build)?;
+    drop(prepared.keep);
     let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
-    Ok(if d_dtype == wanted {
+    Ok(if d_dtype == DType::from(options.out_dtype) {
         out
     } else {
-        B::<R, F, I, BT>::float_cast(out, options.out_dtype)
+        Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
     })
 }

@@ -2,8 +2,10 @@
 //! `CubeBackend<R, ..>` (the CubeCL kernels, on CUDA or wgpu) and for `NdArray` (the reference
 //! quantizers), so modules written against `B: LowpBackend` run on both.
 
+use std::ops::Range;
+
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 
 use crate::error::Result;
 use crate::format::{Direction, FormatConfig, Fp8Format, HostMatrix, Usage};
@@ -15,10 +17,16 @@ pub mod cube;
 pub mod cublaslt;
 #[cfg(feature = "cuda")]
 pub mod cuda_gemm;
+#[cfg(feature = "cuda")]
+pub mod cuda_grouped;
 pub mod device;
 pub mod gemm;
+pub mod grouped;
+pub mod host_sync;
 
 pub use gemm::{GemmKind, GemmOptions, GemmPath};
+pub use grouped::{GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup};
+pub use host_sync::{host_syncs, HostSyncs};
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
 
@@ -59,6 +67,78 @@ pub trait LowpBackend: Backend {
 
     /// Reads a device buffer back (synchronizes).
     fn bytes_to_host(bytes: &Self::Bytes) -> Vec<u8>;
+
+    /// Starts copying device buffers to the host and returns what waits for them: on CUDA the
+    /// copies are queued now (into pinned memory) and the closure blocks only if they have not
+    /// arrived when it is called. Elsewhere the buffers are read at once.
+    fn bytes_to_host_later(
+        bytes: Vec<Self::Bytes>,
+    ) -> Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send> {
+        let read: Vec<Vec<u8>> = bytes.iter().map(Self::bytes_to_host).collect();
+        Box::new(move || Ok(read))
+    }
+
+    /// Uploads bytes to a device buffer.
+    fn bytes_from_host(bytes: Vec<u8>, device: &Self::Device) -> Self::Bytes;
+
+    /// The device a buffer lives on.
+    fn bytes_device(bytes: &Self::Bytes) -> Self::Device;
+
+    /// Bytes `range` of a buffer: a view where the backend can make one, else a copy.
+    fn bytes_slice(bytes: &Self::Bytes, range: Range<usize>) -> Self::Bytes;
+
+    /// The aligned layout (`grouped::GroupLayout`) of `tokens` packed tokens split into groups by
+    /// `m_splits` (one Int per group, on the device), made without reading the splits on the
+    /// host; their host copy is requested at once. Errors only on what the host knows (the
+    /// shape); the splits' own check is read with their host copy (`GroupLayout::check`).
+    fn group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>>;
+
+    /// Quantizes a grouped `[rows, cols]` matrix (`format::grouped`): each group as its slice
+    /// alone would be, laid out group after group. Compact scales.
+    fn lowp_quantize_grouped(
+        x: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        config: &FormatConfig,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>>;
+
+    /// FP8 per-tensor quantization of a grouped matrix with each group's given scale (delayed
+    /// scaling): `scales` is an f32 tensor of one value per group; the result records each
+    /// group's amax.
+    fn quantize_fp8_with_scale_grouped(
+        x: FloatTensor<Self>,
+        fp8: Fp8Format,
+        scales: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>>;
+
+    /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The
+    /// default runs each group's GEMM on the host-known groups (`grouped_gemm_per_group`); CUDA
+    /// runs fprop and dgrad of BF16 and FP8 per-tensor operands as one graph-safe cuBLASLt call.
+    fn lowp_grouped_gemm(
+        kind: GemmKind,
+        a: GroupedOperand<Self>,
+        b: GroupedOperand<Self>,
+        options: GemmOptions<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        grouped::grouped_gemm_per_group(kind, a, b, options)
+    }
+
+    /// The path `lowp_grouped_gemm` takes for these operands.
+    fn grouped_gemm_path(
+        _kind: GemmKind,
+        _a: GroupedOperand<Self>,
+        _b: GroupedOperand<Self>,
+    ) -> GroupedGemmPath {
+        GroupedGemmPath::PerGroup(GemmPath::DequantizeMatmul)
+    }
+
+    /// `Σ` over each group's token rows of an aligned `[rows, cols]` tensor: `[groups, cols]`
+    /// (the grouped bias gradient). The default reads the groups on the host.
+    fn grouped_column_sum(t: FloatTensor<Self>, layout: &GroupLayout<Self>) -> Result<FloatTensor<Self>> {
+        grouped::grouped_column_sum_per_group(t, &layout.groups)
+    }
 
     /// Uploads a host matrix as a `[rows, cols]` float tensor of the matrix's own dtype where the
     /// backend can hold it (NdArray holds f32 only).

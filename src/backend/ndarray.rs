@@ -7,13 +7,15 @@ use burn::backend::ndarray::{NdArray, NdArrayTensor};
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{read_sync, TensorData, TensorMetadata};
 
+use super::grouped::{host_group_layout, GroupLayout, Groups, RowGroup};
 use super::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
+use crate::format::grouped::{group_config, group_ranges, quantize_groups};
 use crate::format::{
-    check_shape, quantize, quantize_fp8_with_scale, Direction, FormatConfig, Fp8Format, HostMatrix,
-    InputDtype, Usage,
+    check_shape, codes_shape, quantize, quantize_fp8_with_scale, scales_shape, Direction,
+    FormatConfig, Fp8Format, HostMatrix, HostQuantized, InputDtype, QuantFormat, Scales, Usage,
 };
-use crate::quant::{QuantizedStorage, QuantizedTensor, Storage};
+use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 /// Host bytes shared between clones.
 pub type HostBytes = Arc<Vec<u8>>;
@@ -56,6 +58,84 @@ fn relayout(
         *s = QuantizedStorage::from_host(s.format, relaid, &upload);
     }
     Ok(q)
+}
+
+fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+    values.into_iter().flat_map(f32::to_le_bytes).collect()
+}
+
+/// Lays per-group reference results out as one grouped tensor (`format::grouped`): codes and block
+/// scales at each group's byte ranges (zeros elsewhere), per-tensor values in per-group arrays.
+/// `empty_scale_inv` is the `scale_inv` an empty group gets (the scale rule's value for amax 0, or
+/// the given delayed scale), as the kernels write it.
+fn assemble_grouped(
+    parts: &[Option<HostQuantized>],
+    groups: &[RowGroup],
+    format: QuantFormat,
+    (rows, cols): (usize, usize),
+    usage: Usage,
+    empty_scale_inv: impl Fn(usize) -> f32,
+) -> QuantizedTensor<NdArray> {
+    let side = |direction: Direction| {
+        let codes_len = {
+            let [r, c] = codes_shape(&format, rows, cols, direction);
+            r * c
+        };
+        let [sr, sc] = scales_shape(&format, rows, cols, direction);
+        let mut codes = vec![0u8; codes_len];
+        let mut block_scales = vec![0u8; sr * sc * if matches!(format, QuantFormat::Fp8Block { .. }) { 4 } else { 1 }];
+        let mut scale_inv = Vec::new();
+        let mut amax = Vec::new();
+        for (g, group) in groups.iter().enumerate() {
+            let ranges = group_ranges(&format, direction, cols, *group);
+            let Some(data) = parts[g].as_ref().and_then(|p| p.data(direction)) else {
+                scale_inv.push(empty_scale_inv(g));
+                amax.push(0.0);
+                continue;
+            };
+            codes[ranges.codes.clone()].copy_from_slice(&data.codes);
+            match &data.scales {
+                Scales::TensorScaleInv(v) => scale_inv.push(*v),
+                Scales::BlockF32 { values, .. } => {
+                    block_scales[ranges.scales.clone()].copy_from_slice(&f32_bytes(values.iter().copied()))
+                }
+                Scales::BlockBytes { bytes, .. } => {
+                    block_scales[ranges.scales.clone()].copy_from_slice(bytes)
+                }
+            }
+            amax.push(data.amax.unwrap_or(0.0));
+        }
+        let scales = match format {
+            QuantFormat::Fp8Tensor { .. } => StorageScales::TensorScaleInv(upload(f32_bytes(scale_inv))),
+            QuantFormat::Fp8Block { .. } => StorageScales::BlockF32 {
+                shape: [sr, sc],
+                bytes: upload(block_scales),
+            },
+            QuantFormat::Mxfp8 { .. } | QuantFormat::Nvfp4 { .. } => StorageScales::BlockBytes {
+                shape: [sr, sc],
+                bytes: upload(block_scales),
+                layout: crate::format::ScaleLayout::Compact,
+            },
+        };
+        let has_amax = matches!(format, QuantFormat::Fp8Tensor { .. } | QuantFormat::Nvfp4 { .. });
+        Storage::Quantized(QuantizedStorage {
+            format,
+            codes: upload(codes),
+            codes_shape: codes_shape(&format, rows, cols, direction),
+            scales,
+            amax: has_amax.then(|| upload(f32_bytes(amax))),
+        })
+    };
+    QuantizedTensor {
+        rows,
+        cols,
+        rowwise: usage.rowwise.then(|| side(Direction::Rowwise)),
+        columnwise: usage.columnwise.then(|| side(Direction::Columnwise)),
+    }
+}
+
+fn host_groups(groups: &Groups<NdArray>) -> Result<Vec<RowGroup>> {
+    Ok(groups.host.get()?.groups)
 }
 
 impl LowpBackend for NdArray {
@@ -128,6 +208,101 @@ impl LowpBackend for NdArray {
 
     fn bytes_to_host(bytes: &Self::Bytes) -> Vec<u8> {
         bytes.as_ref().clone()
+    }
+
+    fn bytes_from_host(bytes: Vec<u8>, _device: &Self::Device) -> Self::Bytes {
+        upload(bytes)
+    }
+
+    fn bytes_device(_bytes: &Self::Bytes) -> Self::Device {
+        Default::default()
+    }
+
+    fn bytes_slice(bytes: &Self::Bytes, range: std::ops::Range<usize>) -> Self::Bytes {
+        upload(bytes[range].to_vec())
+    }
+
+    /// The splits are read on the host: NdArray has no device to keep them on.
+    fn group_layout(
+        m_splits: burn::tensor::ops::IntTensor<Self>,
+        tokens: usize,
+    ) -> Result<GroupLayout<Self>> {
+        let shape = m_splits.shape();
+        if shape.num_dims() != 1 || shape.as_slice()[0] == 0 {
+            return Err(LowpError::shape(
+                "m_splits",
+                format!("shape {:?}", shape.as_slice()),
+                "one split size per group, at least one group",
+            ));
+        }
+        let data = burn::tensor::Tensor::<NdArray, 1, burn::tensor::Int>::from_primitive(m_splits)
+            .into_data();
+        let splits: Vec<i32> = data
+            .convert::<i64>()
+            .into_vec::<i64>()
+            .map_err(|e| LowpError::invalid("m_splits", "values", format!("{e:?}")))?
+            .into_iter()
+            .map(|v| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32)
+            .collect();
+        Ok(host_group_layout::<Self>(&splits, tokens, &Default::default()))
+    }
+
+    fn lowp_quantize_grouped(
+        x: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        config: &FormatConfig,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        let m = to_matrix(x, "input")?;
+        check_shape(&m.name, m.rows, m.cols, &config.format())?;
+        let groups = host_groups(groups)?;
+        let parts = quantize_groups(&m, &groups, config, usage)?;
+        // An empty group's scale: the rule's for amax 0 (an empty slice's scale).
+        let empty = |g: usize| match group_config(config, g) {
+            FormatConfig::Fp8Current(c) => 1.0 / c.scale_for(0.0),
+            _ => 1.0,
+        };
+        Ok(assemble_grouped(&parts, &groups, config.format(), (m.rows, m.cols), usage, empty))
+    }
+
+    fn quantize_fp8_with_scale_grouped(
+        x: FloatTensor<Self>,
+        fp8: Fp8Format,
+        scales: FloatTensor<Self>,
+        groups: &Groups<Self>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        let m = to_matrix(x, "input")?;
+        let format = QuantFormat::Fp8Tensor { fp8 };
+        check_shape(&m.name, m.rows, m.cols, &format)?;
+        let scales = to_matrix(scales, "scales")?.values;
+        let groups = host_groups(groups)?;
+        if scales.len() != groups.len() {
+            return Err(LowpError::shape(
+                "scales",
+                format!("{} values", scales.len()),
+                format!("one delayed-scaling scale per group ({})", groups.len()),
+            ));
+        }
+        crate::format::grouped::check_groups(&m.name, &groups, m.rows)?;
+        let parts = groups
+            .iter()
+            .zip(&scales)
+            .map(|(group, &scale)| {
+                if group.len == 0 {
+                    return Ok(None);
+                }
+                let slice = HostMatrix::new(
+                    &m.name,
+                    group.len,
+                    m.cols,
+                    m.dtype,
+                    m.values[group.start * m.cols..(group.start + group.len) * m.cols].to_vec(),
+                )?;
+                quantize_fp8_with_scale(&slice, fp8, scale, usage).map(Some)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(assemble_grouped(&parts, &groups, format, (m.rows, m.cols), usage, |g| 1.0 / scales[g]))
     }
 
     fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {

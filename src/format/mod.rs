@@ -8,6 +8,7 @@ pub mod codec;
 pub mod config;
 pub mod fp8_block;
 pub mod fp8_tensor;
+pub mod grouped;
 pub mod hadamard;
 pub mod matrix;
 pub mod mxfp8;

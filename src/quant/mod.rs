@@ -1,6 +1,7 @@
 //! Quantized tensors on a backend, the quantizers that make them, and delayed-scaling state.
 
 pub mod delayed;
+pub mod grouped;
 pub mod quantized_tensor;
 pub mod quantizer;
 pub mod spec;

@@ -104,7 +104,7 @@ pub fn quantize<B: LowpBackend>(
 
 /// Identity: the tensor itself as a `[rows, cols]` matrix in `dtype` (kept as is where the
 /// backend cannot hold that dtype, e.g. NdArray and bf16), one buffer serving both directions.
-fn identity<B: LowpBackend>(
+pub(crate) fn identity<B: LowpBackend>(
     x: FloatTensor<B>,
     dtype: IdentityDtype,
     usage: Usage,

@@ -1,0 +1,395 @@
+//! Grouped (MoE) GEMMs on CUDA through cuBLASLt, chosen by the operands' formats
+//! (`shared/reference/grouped-gemm-on-hopper.md` measured the designs):
+//!
+//! * **Pointer array** (graph-safe; fprop and dgrad of BF16/F16/F32 and FP8 per-tensor operands):
+//!   one cuBLASLt call whose batch entries are the 128-row chunks of the aligned activation, each
+//!   multiplied by its group's weight; our kernel writes the pointer arrays from the groups'
+//!   device offsets on our stream, so the host never reads the splits. cuBLASLt applies one scale
+//!   per operand to a whole batch, so FP8 runs on unit scales into an f32 output, and one pass
+//!   (`row_scale`) multiplies group g's rows by `scale_inv_x[g] * scale_inv_w[g]` and rounds once
+//!   to the output dtype: each group's numbers are those of its own per-tensor FP8 GEMM, up to
+//!   the summation order.
+//! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
+//!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
+//!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
+//!   several streams with one CubeCL handshake for the whole group.
+
+use burn::tensor::ops::FloatTensorOps;
+use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_lowp_kernels as kernels;
+use burn_lowp_kernels::cubecl::server::Handle;
+
+use super::cublaslt::{
+    pointer_array_bytes, run_group_on_cubecl_buffers, run_on_cubecl_buffers, LtBatch, LtGemm,
+    LtOperand,
+};
+use super::cuda_gemm::{
+    accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
+    output_dtype, plan, prepare, GemmOutput, PreparedGemm,
+};
+use super::gemm::{GemmKind, GemmOptions, GemmPath};
+use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
+use crate::error::{LowpError, Result};
+use crate::format::QuantFormat;
+use crate::quant::{Storage, StorageScales};
+
+type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+
+/// `(m, n, k)` of one group's GEMM in cuBLASLt's terms (`n` a 128-row chunk for fprop/dgrad).
+fn group_dims<BB: super::LowpBackend>(
+    kind: GemmKind,
+    a: &GroupedOperand<BB>,
+    b: &GroupedOperand<BB>,
+) -> (usize, usize, usize) {
+    let count = a.groups.count.max(1);
+    match kind {
+        GemmKind::Fprop => (b.tensor.rows / count, GROUP_ALIGN, a.tensor.cols),
+        GemmKind::Dgrad => (b.tensor.cols, GROUP_ALIGN, a.tensor.cols),
+        GemmKind::Wgrad => (b.tensor.cols, a.tensor.cols, GROUP_ALIGN),
+    }
+}
+
+pub fn grouped_gemm_path<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: GroupedOperand<Cube<R, F, I, BT>>,
+    b: GroupedOperand<Cube<R, F, I, BT>>,
+) -> GroupedGemmPath {
+    let (da, db) = kind.directions();
+    let (Ok(sa), Ok(sb), Some((_, device))) =
+        (a.tensor.require(da), b.tensor.require(db), location(a.tensor))
+    else {
+        return GroupedGemmPath::PerGroup(GemmPath::EmulatedBf16);
+    };
+    let inner = plan(sa, sb, group_dims(kind, &a, &b), is_hopper(cuda_device::<R>(&device)));
+    let batchable = matches!(
+        inner,
+        GemmPath::CublasLtFp8Tensor | GemmPath::CublasLtHighPrecision
+    );
+    if kind != GemmKind::Wgrad && batchable {
+        GroupedGemmPath::PointerArray(inner)
+    } else {
+        GroupedGemmPath::PerGroup(inner)
+    }
+}
+
+pub fn grouped_gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: GroupedOperand<Cube<R, F, I, BT>>,
+    b: GroupedOperand<Cube<R, F, I, BT>>,
+    options: GemmOptions<Cube<R, F, I, BT>>,
+) -> Result<CubeTensor<R>> {
+    let shape = grouped_output_shape(kind, &a, &b)?;
+    if options.accumulate.is_some() && kind != GemmKind::Wgrad {
+        return Err(LowpError::invalid(
+            "accumulate",
+            format!("{kind:?}"),
+            "grouped GEMMs accumulate into their output in wgrad only",
+        ));
+    }
+    match grouped_gemm_path(kind, a, b) {
+        GroupedGemmPath::PointerArray(inner) => pointer_array(kind, a, b, inner, shape, options),
+        GroupedGemmPath::PerGroup(inner) => per_group(kind, a, b, inner, shape, options),
+    }
+}
+
+/// A byte range of a device buffer, as a view.
+fn view(handle: &Handle, total: usize, start: usize, len: usize) -> Handle {
+    handle
+        .clone()
+        .offset_start(start as u64)
+        .offset_end((total - start - len) as u64)
+}
+
+fn element_bytes(dtype: DataType) -> usize {
+    match dtype {
+        DataType::CUDA_R_32F => 4,
+        DataType::CUDA_R_16F | DataType::CUDA_R_16BF => 2,
+        _ => 1,
+    }
+}
+
+use cudarc::cublaslt::sys::cudaDataType_t as DataType;
+
+/// A contiguous, 16-byte aligned high-precision `[rows, cols]` operand (the whole grouped tensor).
+fn whole_tensor<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: &CubeTensor<R>,
+    rows: usize,
+    cols: usize,
+) -> CubeTensor<R> {
+    let t = Cube::<R, F, I, BT>::float_reshape(into_contiguous(t.clone()), Shape::new([rows, cols]));
+    if t.handle.offset_start.unwrap_or(0) % 16 == 0 {
+        t
+    } else {
+        into_contiguous(Cube::<R, F, I, BT>::float_mul_scalar(t, 1.0f32.into()))
+    }
+}
+
+/// The pointer-array path (module docs): A = the weights' group of each chunk, B = the chunks of
+/// the activation (or gradient), D = the chunks of the output.
+fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: GroupedOperand<Cube<R, F, I, BT>>,
+    b: GroupedOperand<Cube<R, F, I, BT>>,
+    inner: GemmPath,
+    [rows, cols]: [usize; 2],
+    options: GemmOptions<Cube<R, F, I, BT>>,
+) -> Result<CubeTensor<R>> {
+    let (da, db) = kind.directions();
+    let (sa, sb) = (a.tensor.require(da)?, b.tensor.require(db)?);
+    let (client, device) = location(a.tensor).expect("checked by the path");
+    let (m, chunk, k) = group_dims(kind, &a, &b);
+    let count = rows / GROUP_ALIGN;
+    let mut keep: Vec<CubeTensor<R>> = Vec::new();
+    // (buffer, dtype, outer-major) of A (whole grouped weight) and B (whole activation).
+    let (a_data, a_type, a_outer_major, b_data, b_type, fp8_scales) = match (sa, sb) {
+        (Storage::Quantized(qa), Storage::Quantized(qb)) => {
+            let fp8 = |q: &crate::quant::QuantizedStorage<Cube<R, F, I, BT>>| match q.format {
+                QuantFormat::Fp8Tensor { fp8 } => fp8_type(fp8),
+                _ => unreachable!("pointer arrays take FP8 per-tensor operands"),
+            };
+            let scale = |q: &crate::quant::QuantizedStorage<Cube<R, F, I, BT>>| match &q.scales {
+                StorageScales::TensorScaleInv(s) => s.handle.clone(),
+                _ => unreachable!("FP8 per-tensor storage"),
+            };
+            // FP8 storages are [outer, k] per group: the weights' columnwise copy is each
+            // expert's transpose, one after another.
+            (
+                qb.codes.handle.clone(),
+                fp8(qb),
+                true,
+                qa.codes.handle.clone(),
+                fp8(qa),
+                Some((scale(qa), scale(qb))),
+            )
+        }
+        (Storage::HighPrecision(ta), Storage::HighPrecision(tb)) => {
+            let tb = whole_tensor::<R, F, I, BT>(tb, b.tensor.rows, b.tensor.cols);
+            let ta = whole_tensor::<R, F, I, BT>(ta, a.tensor.rows, a.tensor.cols);
+            let out = (
+                tb.handle.clone(),
+                data_type(tb.dtype()),
+                // W_g [N, K] is outer-major in fprop (outer N); in dgrad the outer dim is K.
+                kind == GemmKind::Fprop,
+                ta.handle.clone(),
+                data_type(ta.dtype()),
+                None,
+            );
+            keep.extend([ta, tb]);
+            out
+        }
+        _ => unreachable!("the pointer-array path has two FP8 or two high-precision operands"),
+    };
+    // FP8 writes the unit-scale products in f32 for the row scaling; BF16 writes what was asked.
+    let d_dtype = if fp8_scales.is_some() {
+        DType::F32
+    } else {
+        output_dtype(inner, sa, options.out_dtype)
+    };
+    let out = client.empty(rows * cols * d_dtype.size());
+    let pointers = client.empty(pointer_array_bytes(count));
+    let groups = a.groups;
+    let handles = [
+        a_data,
+        b_data,
+        out.clone(),
+        pointers,
+        groups.start.handle.clone(),
+        groups.len.handle.clone(),
+    ];
+    let buffers: Vec<&Handle> = handles.iter().collect();
+    let (a_es, b_es) = (element_bytes(a_type), element_bytes(b_type));
+    let d_type = data_type(d_dtype);
+    let group_count = groups.count as u32;
+    let fast_accum = inner == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
+    run_on_cubecl_buffers(
+        cuda_client(&client),
+        cuda_device::<R>(&device),
+        &buffers,
+        move |ptr| LtGemm {
+            m: m as u64,
+            n: chunk as u64,
+            k: k as u64,
+            a: LtOperand {
+                ptr: ptr[0],
+                dtype: a_type,
+                transpose: a_outer_major,
+                ld: if a_outer_major { k } else { m } as i64,
+                scale: None,
+            },
+            // A chunk of the activation is [128, k] row-major: outer-major.
+            b: LtOperand {
+                ptr: ptr[1],
+                dtype: b_type,
+                transpose: false,
+                ld: k as i64,
+                scale: None,
+            },
+            c: None,
+            d: ptr[2],
+            d_dtype: d_type,
+            fast_accum,
+            batch: Some(LtBatch {
+                count: count as u64,
+                chunk_rows: GROUP_ALIGN as u32,
+                groups: group_count,
+                group_start: ptr[4],
+                group_len: ptr[5],
+                a_group_stride: (m * k * a_es) as u64,
+                b_chunk_stride: (chunk * k * b_es) as u64,
+                d_chunk_stride: (chunk * m * element_bytes(d_type)) as u64,
+                pointers: ptr[3],
+            }),
+            autotune: true,
+        },
+    )?;
+    drop(keep);
+    let out = match fp8_scales {
+        Some((scale_a, scale_b)) => {
+            let output = match options.out_dtype {
+                FloatDType::BF16 => kernels::row_scale::RowScaleOutput::BF16,
+                FloatDType::F16 => kernels::row_scale::RowScaleOutput::F16,
+                _ => kernels::row_scale::RowScaleOutput::F32,
+            };
+            let dtype = match output {
+                kernels::row_scale::RowScaleOutput::BF16 => DType::BF16,
+                kernels::row_scale::RowScaleOutput::F16 => DType::F16,
+                kernels::row_scale::RowScaleOutput::F32 => DType::F32,
+            };
+            let scaled = kernels::row_scale::group_row_scale(
+                &client,
+                &out,
+                kernels::RowGroups {
+                    start: &groups.start.handle,
+                    rows: &groups.len.handle,
+                    count: groups.count,
+                },
+                &scale_a,
+                &scale_b,
+                rows,
+                cols,
+                output,
+            );
+            CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), scaled, dtype)
+        }
+        None => CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype),
+    };
+    Ok(if out.dtype() == DType::from(options.out_dtype) {
+        out
+    } else {
+        Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
+    })
+}
+
+/// The per-group path (module docs): each non-empty group's GEMM writes its block of one output
+/// buffer (fprop/dgrad: its aligned rows; wgrad: its `[out, in]` block), all in one handshake.
+fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: GroupedOperand<Cube<R, F, I, BT>>,
+    b: GroupedOperand<Cube<R, F, I, BT>>,
+    inner: GemmPath,
+    [rows, cols]: [usize; 2],
+    options: GemmOptions<Cube<R, F, I, BT>>,
+) -> Result<CubeTensor<R>> {
+    let (da, _) = kind.directions();
+    let sa = a.tensor.require(da)?;
+    let (client, device) = location(a.tensor).expect("an operand holds data");
+    let groups_a = a.groups.host.get()?;
+    groups_a.status.check("m_splits", a.groups.rows)?;
+    let groups_b = b.groups.host.get()?;
+    let d_dtype = output_dtype(inner, sa, options.out_dtype);
+    let esize = d_dtype.size();
+    let total = rows * cols * esize;
+    // The output buffer: a fresh one, or (wgrad accumulating) a private copy of what it adds to,
+    // into which each group's GEMM accumulates in place (C = D).
+    let (out, accumulating) = match options.accumulate {
+        Some(c) => {
+            let c = accumulate_input::<R, F, I, BT>(c, [rows, cols], d_dtype)?;
+            let c = if c.handle.can_mut() {
+                c
+            } else {
+                into_contiguous(Cube::<R, F, I, BT>::float_mul_scalar(c, 1.0f32.into()))
+            };
+            (c.handle.clone(), Some(c))
+        }
+        None => (client.empty(total.max(4)), None),
+    };
+    let count = a.groups.count;
+    let mut prepared: Vec<PreparedGemm<R>> = Vec::new();
+    let mut covered = 0;
+    for g in 0..count {
+        let (ga, gb) = (groups_a.groups[g], groups_b.groups[g]);
+        // The block group g writes: fprop/dgrad its aligned rows, wgrad its weight block.
+        let (start, len) = match kind {
+            GemmKind::Wgrad => (g * (rows / count) * cols * esize, (rows / count) * cols * esize),
+            _ => (ga.start * cols * esize, ga.len * cols * esize),
+        };
+        if kind != GemmKind::Wgrad {
+            covered = ga.start + ga.len;
+        }
+        if ga.len == 0 {
+            if kind == GemmKind::Wgrad && accumulating.is_none() {
+                kernels::fill(&client, &view(&out, total, start, len), len / 4, 0);
+            }
+            continue;
+        }
+        let d = view(&out, total, start, len);
+        let block_shape = [len / (cols * esize), cols];
+        let c = accumulating.as_ref().map(|_| {
+            CubeTensor::new_contiguous(
+                client.clone(),
+                device.clone(),
+                Shape::new(block_shape),
+                d.clone(),
+                d_dtype,
+            )
+        });
+        prepared.push(prepare(
+            kind,
+            &group_view(a.tensor, g, ga),
+            &group_view(b.tensor, g, gb),
+            inner,
+            GemmOutput { d, d_dtype, c },
+            false,
+        )?);
+    }
+    if kind != GemmKind::Wgrad && covered < rows {
+        // The zero tail after the last group.
+        let start = covered * cols * esize;
+        kernels::fill(&client, &view(&out, total, start, total - start), (total - start) / 4, 0);
+    }
+    let handles: Vec<Handle> = prepared.iter().flat_map(|p| p.handles.clone()).collect();
+    let buffers: Vec<&Handle> = handles.iter().collect();
+    let mut builds = Vec::with_capacity(prepared.len());
+    let mut keep = Vec::new();
+    for p in prepared {
+        builds.push((p.handles.len(), p.build));
+        keep.extend(p.keep);
+    }
+    run_group_on_cubecl_buffers(
+        cuda_client(&client),
+        cuda_device::<R>(&device),
+        &buffers,
+        move |ptr| {
+            let mut next = 0;
+            builds
+                .into_iter()
+                .map(|(n, build)| {
+                    let gemm = build(&ptr[next..next + n]);
+                    next += n;
+                    gemm
+                })
+                .collect()
+        },
+    )?;
+    drop(keep);
+    drop(accumulating);
+    let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
+    Ok(if d_dtype == DType::from(options.out_dtype) {
+        out
+    } else {
+        Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
+    })
+}

@@ -1,0 +1,77 @@
+//! Counters of the host synchronizations burn-lowp performs, so that a training loop can report
+//! them per step (`host_syncs()` before and after, `HostSyncs::since`).
+//!
+//! * `split_reads`: host reads of grouped split sizes (their copy was requested when the splits
+//!   were made); `blocking_split_reads` of those had to wait for the GPU (the copy had not arrived
+//!   within [`BLOCKING_WAIT`]), `split_wait_us` is the time waited in all.
+//! * `gemm_autotunes`: new GEMM shapes timed on the GPU (one host wait each, once per shape).
+//! * `stream_setups`: flag buffers zeroed for a new CubeCL stream (once per stream).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A read that waited longer than this blocked on the GPU; an already-arrived copy returns in a
+/// few microseconds.
+pub const BLOCKING_WAIT: Duration = Duration::from_micros(50);
+
+static SPLIT_READS: AtomicU64 = AtomicU64::new(0);
+static BLOCKING_SPLIT_READS: AtomicU64 = AtomicU64::new(0);
+static SPLIT_WAIT_US: AtomicU64 = AtomicU64::new(0);
+static GEMM_AUTOTUNES: AtomicU64 = AtomicU64::new(0);
+static STREAM_SETUPS: AtomicU64 = AtomicU64::new(0);
+
+/// A snapshot of the counters (process-wide, all devices).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostSyncs {
+    pub split_reads: u64,
+    pub blocking_split_reads: u64,
+    pub split_wait_us: u64,
+    pub gemm_autotunes: u64,
+    pub stream_setups: u64,
+}
+
+impl HostSyncs {
+    /// The counts since `earlier`.
+    pub fn since(&self, earlier: &HostSyncs) -> HostSyncs {
+        HostSyncs {
+            split_reads: self.split_reads - earlier.split_reads,
+            blocking_split_reads: self.blocking_split_reads - earlier.blocking_split_reads,
+            split_wait_us: self.split_wait_us - earlier.split_wait_us,
+            gemm_autotunes: self.gemm_autotunes - earlier.gemm_autotunes,
+            stream_setups: self.stream_setups - earlier.stream_setups,
+        }
+    }
+
+    /// Synchronizations that stalled the host on the GPU.
+    pub fn blocking(&self) -> u64 {
+        self.blocking_split_reads + self.gemm_autotunes + self.stream_setups
+    }
+}
+
+pub fn host_syncs() -> HostSyncs {
+    HostSyncs {
+        split_reads: SPLIT_READS.load(Ordering::Relaxed),
+        blocking_split_reads: BLOCKING_SPLIT_READS.load(Ordering::Relaxed),
+        split_wait_us: SPLIT_WAIT_US.load(Ordering::Relaxed),
+        gemm_autotunes: GEMM_AUTOTUNES.load(Ordering::Relaxed),
+        stream_setups: STREAM_SETUPS.load(Ordering::Relaxed),
+    }
+}
+
+pub(crate) fn record_split_read(waited: Duration) {
+    SPLIT_READS.fetch_add(1, Ordering::Relaxed);
+    SPLIT_WAIT_US.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+    if waited > BLOCKING_WAIT {
+        BLOCKING_SPLIT_READS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_gemm_autotune() {
+    GEMM_AUTOTUNES.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_stream_setup() {
+    STREAM_SETUPS.fetch_add(1, Ordering::Relaxed);
+}
