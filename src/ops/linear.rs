@@ -13,10 +13,12 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
-use crate::backend::{GemmKind, GemmOptions, LowpBackend};
+use super::grouped_linear::GroupedLinearOp;
+use super::grouped_rows::RowMove;
+use crate::backend::{GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
@@ -117,6 +119,49 @@ pub trait LowpLinear: Backend {
     fn lowp_mul_rows(x: FloatTensor<Self>, gamma: FloatTensor<Self>) -> FloatTensor<Self> {
         super::row_broadcast::mul_rows::<Self>(x, gamma)
     }
+
+    /// The grouped linear op (`ops/grouped_linear.rs`) on the aligned batch `x [rows, K]` of
+    /// `layout` and the stacked weights `w [E * N, K]`; returns `[rows, N]` and the quantized
+    /// weights (for caching).
+    fn lowp_grouped_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        layout: &GroupLayout<Self::Quant>,
+        op: GroupedLinearOp<Self::Quant>,
+    ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
+
+    /// The aligned layout of `tokens` packed tokens split by `m_splits` (an Int tensor on the
+    /// device; `LowpBackend::group_layout`). Autodiff's Int tensors are its inner backend's.
+    fn lowp_group_layout(
+        m_splits: IntTensor<Self>,
+        tokens: usize,
+    ) -> Result<GroupLayout<Self::Quant>>;
+
+    /// Rows between the packed and aligned layouts of `layout` (`ops/grouped_rows.rs`).
+    fn lowp_move_rows(
+        t: FloatTensor<Self>,
+        layout: &GroupLayout<Self::Quant>,
+        direction: RowMove,
+    ) -> FloatTensor<Self> {
+        Self::from_quant(super::grouped_rows::move_rows(
+            Self::to_quant(t),
+            layout,
+            direction,
+        ))
+    }
+
+    /// `y [rows, N] + bias[g]` on the token rows of each group `g` (`bias [E, N]`).
+    fn lowp_add_group_bias(
+        y: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        layout: &GroupLayout<Self::Quant>,
+    ) -> FloatTensor<Self> {
+        Self::from_quant(super::grouped_rows::add_group_bias(
+            Self::to_quant(y),
+            Self::to_quant(bias),
+            layout,
+        ))
+    }
 }
 
 /// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
@@ -210,6 +255,12 @@ macro_rules! forward_only_linear {
                 let (y, _, qw) = forward(x, w, &op, false, false)?;
                 Ok((y, qw))
             }
+            fn lowp_grouped_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
+                super::grouped_linear::grouped_linear_forward_only(x, w, layout, op)
+            }
+            fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
+                <Self as LowpBackend>::group_layout(m_splits, tokens)
+            }
         }
     )*};
 }
@@ -297,6 +348,35 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn lowp_mul_rows(x: FloatTensor<Self>, gamma: FloatTensor<Self>) -> FloatTensor<Self> {
         super::row_broadcast::mul_rows_autodiff::<B, C>(x, gamma)
+    }
+
+    fn lowp_grouped_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        layout: &GroupLayout<B>,
+        op: GroupedLinearOp<B>,
+    ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
+        super::grouped_linear::grouped_linear_autodiff::<B, C>(x, w, layout, op)
+    }
+
+    fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<B>> {
+        B::group_layout(m_splits, tokens)
+    }
+
+    fn lowp_move_rows(
+        t: FloatTensor<Self>,
+        layout: &GroupLayout<B>,
+        direction: RowMove,
+    ) -> FloatTensor<Self> {
+        super::grouped_rows::move_rows_autodiff::<B, C>(t, layout, direction)
+    }
+
+    fn lowp_add_group_bias(
+        y: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        layout: &GroupLayout<B>,
+    ) -> FloatTensor<Self> {
+        super::grouped_rows::add_group_bias_autodiff::<B, C>(y, bias, layout)
     }
 
     fn lowp_linear(

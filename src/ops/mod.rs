@@ -1,7 +1,14 @@
 //! Differentiable ops whose backward passes run quantized GEMMs.
 
+pub mod grouped_linear;
+pub mod grouped_rows;
 pub mod linear;
 pub mod row_broadcast;
 pub mod row_reduce;
 
+pub use grouped_linear::{
+    BackwardErrors, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer, GroupedWeight,
+    PendingWgrad, WgradTarget,
+};
+pub use grouped_rows::RowMove;
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

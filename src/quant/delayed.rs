@@ -176,6 +176,44 @@ impl<B: Backend> DelayedScalingState<B> {
             .set(history.slice_assign([0..1, slot..slot + 1], merged));
     }
 
+    /// The scales of `slots` (a grouped module's per-expert slots of one tensor), `[slots.len()]`.
+    pub fn slots_scale(&self, slots: &[usize]) -> Tensor<B, 1> {
+        let scale = self.scale.value();
+        scale.clone().select(0, slot_indices::<B>(slots, &scale.device()))
+    }
+
+    /// `record_amax` for several slots at once: `amax[i]` goes to `slots[i]` (distinct slots).
+    /// One gather, one max and one masked write, whatever the number of slots.
+    pub fn record_amaxes(&self, slots: &[usize], amax: Tensor<B, 1>) {
+        let history = self.amax_history.value();
+        let [_, width] = history.dims();
+        let device = history.device();
+        let indices = slot_indices::<B>(slots, &device);
+        let row = history.clone().slice([0..1, 0..width]).reshape([width]);
+        let merged = row
+            .clone()
+            .select(0, indices.clone())
+            .max_pair(amax.reshape([slots.len()]));
+        // Scatter into zeros (0 + v == v exactly) and keep it on the recorded slots only.
+        let scattered = Tensor::<B, 1>::zeros([width], f32_on(&device)).scatter(
+            0,
+            indices,
+            merged,
+            burn::tensor::IndexingUpdateOp::Add,
+        );
+        let mut mask = vec![false; width];
+        for &s in slots {
+            mask[s] = true;
+        }
+        let mask = Tensor::<B, 1, burn::tensor::Bool>::from_data(
+            burn::tensor::TensorData::new(mask, [width]),
+            &device,
+        );
+        let row = row.mask_where(mask, scattered).reshape([1, width]);
+        self.amax_history
+            .set(history.slice_assign([0..1, 0..width], row));
+    }
+
     /// TE's end-of-step update (`delayed_scaling.cu`), for slots whose elements are `fp8`:
     /// 1. `amax` = max over the history (`max`) or its row 0 (`most_recent`), before the roll;
     /// 2. `new_scale = (fp8_max * 2^-margin) / amax`, infinity clamped to f32::MAX;
@@ -210,4 +248,14 @@ impl<B: Backend> DelayedScalingState<B> {
         self.amax_history
             .set(rolled.slice_assign([0..1, 0..slots], zeros));
     }
+}
+
+fn slot_indices<B: Backend>(slots: &[usize], device: &B::Device) -> Tensor<B, 1, burn::tensor::Int> {
+    Tensor::from_data(
+        burn::tensor::TensorData::new(
+            slots.iter().map(|&s| s as i64).collect::<Vec<_>>(),
+            [slots.len()],
+        ),
+        device,
+    )
 }

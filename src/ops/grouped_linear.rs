@@ -1,0 +1,431 @@
+//! The grouped (MoE experts) linear op `Y_g = X_g · W_gᵀ` for every group g of an aligned token
+//! batch (`backend::grouped::GroupLayout`), as one differentiable op. Forward quantizes X (one
+//! grouped quantize for all experts, each with its own scales) and the stacked weights
+//! `W [E * out, in]`, and runs the grouped fprop GEMM; backward quantizes dY once and runs the
+//! grouped dgrad and wgrad GEMMs. The weight gradient can go to the autodiff graph, be
+//! accumulated into a `main_grad` buffer, or be deferred to `backward_dw` (TE's
+//! `delay_wgrad_compute`).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::Autodiff;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, FloatDType, TensorMetadata};
+
+use crate::backend::{GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend};
+use crate::error::{LowpError, Result};
+use crate::format::{Fp8Format, Usage};
+use crate::quant::grouped::quantize_grouped;
+use crate::quant::{QuantizedTensor, QuantizerSpec, Storage};
+
+/// Where a grouped delayed-scaling slot's amaxes go (one per group, into the module's history).
+#[derive(Clone)]
+pub struct GroupAmaxSink<Q: LowpBackend>(pub Arc<dyn Fn(FloatTensor<Q>) + Send + Sync>);
+
+impl<Q: LowpBackend> fmt::Debug for GroupAmaxSink<Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GroupAmaxSink")
+    }
+}
+
+/// The delayed-scaling slots of one operand for every group: their scales (`[groups]` f32), the
+/// element format, and where the recorded amaxes go.
+#[derive(Clone, Debug)]
+pub struct GroupedDelayed<Q: LowpBackend> {
+    pub scales: FloatTensor<Q>,
+    pub fp8: Fp8Format,
+    pub sink: GroupAmaxSink<Q>,
+}
+
+/// How one grouped operand is quantized: one spec for every group (the recipe gives all experts'
+/// slots the same role), per-group delayed-scaling slots, and this call's rounding seed.
+#[derive(Clone, Debug)]
+pub struct GroupedQuantizer<Q: LowpBackend> {
+    pub name: String,
+    pub spec: QuantizerSpec,
+    pub delayed: Option<GroupedDelayed<Q>>,
+    pub seed: u64,
+}
+
+impl<Q: LowpBackend> GroupedQuantizer<Q> {
+    pub fn quantize(
+        &self,
+        x: FloatTensor<Q>,
+        groups: &Groups<Q>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Q>> {
+        let delayed = self.delayed.as_ref().map(|d| (d.scales.clone(), d.fp8));
+        let q = quantize_grouped(x, groups, &self.spec, usage, self.seed, delayed)?;
+        if let Some(delayed) = &self.delayed {
+            let direction = if usage.rowwise {
+                crate::format::Direction::Rowwise
+            } else {
+                crate::format::Direction::Columnwise
+            };
+            if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
+                (delayed.sink.0)(Q::float_from_bytes(amax, [1, groups.count]));
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// The stacked weights: quantized in this call, or a cached quantization (micro-batches).
+#[derive(Clone, Debug)]
+pub enum GroupedWeight<Q: LowpBackend> {
+    Quantize(GroupedQuantizer<Q>),
+    Cached(QuantizedTensor<Q>),
+}
+
+/// What one deferred weight gradient needs (TE's `WeightGradStore` entry).
+#[derive(Clone, Debug)]
+pub struct PendingWgrad<Q: LowpBackend> {
+    pub grad_output: QuantizedTensor<Q>,
+    pub input: QuantizedTensor<Q>,
+    pub groups: Groups<Q>,
+    pub out_dtype: FloatDType,
+}
+
+/// Where the weight gradient goes.
+#[derive(Clone, Debug)]
+pub enum WgradTarget<Q: LowpBackend> {
+    /// To the autodiff graph (the weight's gradient).
+    Graph,
+    /// Into `main_grad` (f32 `[E * out, in]`), adding to what it holds unless `overwrite`; the
+    /// weight itself gets no gradient (TE's `fuse_wgrad_accumulation`).
+    MainGrad {
+        main_grad: Arc<Mutex<Option<FloatTensor<Q>>>>,
+        overwrite: bool,
+    },
+    /// Deferred: pushed onto the store for `backward_dw` (TE's `delay_wgrad_compute`).
+    Deferred(Arc<Mutex<VecDeque<PendingWgrad<Q>>>>),
+}
+
+/// Where backward puts an error it cannot return (Burn's backward has no `Result`): bad splits
+/// found when a backward GEMM reads them on the host (the graph-safe forward never does). The
+/// module reports it from its next `forward`; the gradients that failed are zeros (the graph
+/// must still receive them).
+#[derive(Clone, Debug, Default)]
+pub struct BackwardErrors(pub Arc<Mutex<Option<LowpError>>>);
+
+impl BackwardErrors {
+    fn record(&self, e: LowpError) {
+        let mut slot = self.0.lock().expect("backward error lock");
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
+    /// The first error since the last call.
+    pub fn take(&self) -> Option<LowpError> {
+        self.0.lock().expect("backward error lock").take()
+    }
+}
+
+/// Everything the op needs besides X, W and the layout.
+#[derive(Clone, Debug)]
+pub struct GroupedLinearOp<Q: LowpBackend> {
+    pub input: GroupedQuantizer<Q>,
+    pub weight: GroupedWeight<Q>,
+    pub grad_output: GroupedQuantizer<Q>,
+    /// The weights' groups: group g is rows `g * out .. (g + 1) * out` of `W`.
+    pub weight_groups: Groups<Q>,
+    pub wgrad: WgradTarget<Q>,
+    pub errors: BackwardErrors,
+}
+
+/// The GEMM output dtype for activations of `dtype`.
+pub(crate) fn gemm_dtype(dtype: DType) -> FloatDType {
+    match dtype {
+        DType::BF16 => FloatDType::BF16,
+        DType::F16 => FloatDType::F16,
+        _ => FloatDType::F32,
+    }
+}
+
+/// Quantizes X and W and runs the grouped fprop; `need_dgrad` / `need_wgrad` add the columnwise
+/// copies backward reads.
+pub(crate) fn grouped_forward<Q: LowpBackend>(
+    x: FloatTensor<Q>,
+    w: FloatTensor<Q>,
+    layout: &GroupLayout<Q>,
+    op: &GroupedLinearOp<Q>,
+    need_dgrad: bool,
+    need_wgrad: bool,
+) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>, QuantizedTensor<Q>)> {
+    let (xs, ws) = (x.shape().as_slice().to_vec(), w.shape().as_slice().to_vec());
+    if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] || xs[0] != layout.rows() {
+        return Err(LowpError::shape(
+            "grouped linear input",
+            format!("x {xs:?}, w {ws:?}"),
+            format!(
+                "x is the aligned [{}, in] batch of its layout and w the stacked [experts * out, in]",
+                layout.rows()
+            ),
+        ));
+    }
+    let out_dtype = gemm_dtype(x.dtype());
+    let qx = op.input.quantize(
+        x,
+        &layout.groups,
+        Usage {
+            rowwise: true,
+            columnwise: need_wgrad,
+        },
+    )?;
+    let qw = match &op.weight {
+        GroupedWeight::Cached(q) => {
+            if q.rowwise.is_none()
+                || (need_dgrad && q.columnwise.is_none())
+                || (q.rows, q.cols) != (ws[0], ws[1])
+            {
+                return Err(LowpError::invalid(
+                    "cached grouped weight",
+                    format!("[{}, {}] {:?}", q.rows, q.cols, q.usage()),
+                    "lacks a representation this call needs",
+                ));
+            }
+            q.clone()
+        }
+        GroupedWeight::Quantize(quantizer) => quantizer.quantize(
+            w,
+            &op.weight_groups,
+            Usage {
+                rowwise: true,
+                columnwise: need_dgrad,
+            },
+        )?,
+    };
+    let y = Q::lowp_grouped_gemm(
+        GemmKind::Fprop,
+        GroupedOperand {
+            tensor: &qx,
+            groups: &layout.groups,
+        },
+        GroupedOperand {
+            tensor: &qw,
+            groups: &op.weight_groups,
+        },
+        GemmOptions {
+            out_dtype,
+            accumulate: None,
+        },
+    )?;
+    Ok((y, qx, qw))
+}
+
+/// Runs a deferred (or immediate) grouped wgrad: `dW [E * out, in]`, added to `accumulate`.
+pub fn run_wgrad<Q: LowpBackend>(
+    pending: &PendingWgrad<Q>,
+    accumulate: Option<FloatTensor<Q>>,
+) -> Result<FloatTensor<Q>> {
+    Q::lowp_grouped_gemm(
+        GemmKind::Wgrad,
+        GroupedOperand {
+            tensor: &pending.grad_output,
+            groups: &pending.groups,
+        },
+        GroupedOperand {
+            tensor: &pending.input,
+            groups: &pending.groups,
+        },
+        GemmOptions {
+            out_dtype: if accumulate.is_some() {
+                FloatDType::F32
+            } else {
+                pending.out_dtype
+            },
+            accumulate,
+        },
+    )
+}
+
+/// Keeps only the columnwise representation (identity storages stay as they are).
+fn columnwise_only<Q: LowpBackend>(q: QuantizedTensor<Q>) -> Result<QuantizedTensor<Q>> {
+    match (&q.rowwise, &q.columnwise) {
+        (_, Some(_)) => q.narrow(Usage::COLUMNWISE),
+        (Some(Storage::HighPrecision(_)), None) => Ok(q),
+        _ => Err(LowpError::invalid(
+            "saved operand",
+            "rowwise only",
+            "backward needs the columnwise copy",
+        )),
+    }
+}
+
+/// What backward needs.
+#[derive(Clone, Debug)]
+struct GroupedSaved<Q: LowpBackend> {
+    x_columnwise: Option<QuantizedTensor<Q>>,
+    w_columnwise: Option<QuantizedTensor<Q>>,
+    layout: GroupLayout<Q>,
+    weight_groups: Groups<Q>,
+    grad_output: GroupedQuantizer<Q>,
+    wgrad: WgradTarget<Q>,
+    errors: BackwardErrors,
+    /// Shapes of X and W, for the zero gradients of a failed backward.
+    x_shape: [usize; 2],
+    w_shape: [usize; 2],
+}
+
+#[derive(Debug)]
+struct GroupedLinearBackward;
+
+impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
+    type State = GroupedSaved<Q>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_w] = ops.parents;
+        let dy = grads.consume::<Q>(&ops.node);
+        let out_dtype = gemm_dtype(dy.dtype());
+        let saved = ops.state;
+        let need_wgrad = node_w.is_some() || !matches!(saved.wgrad, WgradTarget::Graph);
+        let usage = Usage {
+            rowwise: node_x.is_some(),
+            columnwise: need_wgrad && saved.x_columnwise.is_some(),
+        };
+        let errors = saved.errors.clone();
+        let device = Q::float_device(&dy);
+        let zeros = |shape: [usize; 2]| Q::float_zeros(shape.into(), &device, out_dtype);
+        let qdy = match saved.grad_output.quantize(dy, &saved.layout.groups, usage) {
+            Ok(q) => q,
+            Err(e) => {
+                errors.record(e);
+                if let Some(node) = node_x {
+                    grads.register::<Q>(node.id, zeros(saved.x_shape));
+                }
+                if let Some(node) = node_w {
+                    grads.register::<Q>(node.id, zeros(saved.w_shape));
+                }
+                return;
+            }
+        };
+        if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
+            let dx = Q::lowp_grouped_gemm(
+                GemmKind::Dgrad,
+                GroupedOperand {
+                    tensor: &qdy,
+                    groups: &saved.layout.groups,
+                },
+                GroupedOperand {
+                    tensor: w,
+                    groups: &saved.weight_groups,
+                },
+                GemmOptions {
+                    out_dtype,
+                    accumulate: None,
+                },
+            );
+            let dx = dx.unwrap_or_else(|e| {
+                errors.record(e);
+                zeros(saved.x_shape)
+            });
+            grads.register::<Q>(node.id, dx);
+        }
+        let Some(x) = saved.x_columnwise.filter(|_| usage.columnwise) else {
+            return;
+        };
+        let pending = PendingWgrad {
+            grad_output: qdy,
+            input: x,
+            groups: saved.layout.groups.clone(),
+            out_dtype,
+        };
+        match saved.wgrad {
+            WgradTarget::Graph => {
+                if let Some(node) = node_w {
+                    let dw = run_wgrad(&pending, None).unwrap_or_else(|e| {
+                        errors.record(e);
+                        zeros(saved.w_shape)
+                    });
+                    grads.register::<Q>(node.id, dw);
+                }
+            }
+            WgradTarget::MainGrad {
+                main_grad,
+                overwrite,
+            } => {
+                let mut main = main_grad.lock().expect("main_grad lock");
+                let accumulate = if overwrite { None } else { main.clone() };
+                match run_wgrad(&pending, accumulate) {
+                    Ok(dw) => *main = Some(Q::float_cast(dw, FloatDType::F32)),
+                    Err(e) => errors.record(e),
+                }
+            }
+            WgradTarget::Deferred(store) => store.lock().expect("wgrad store lock").push_back(pending),
+        }
+    }
+}
+
+/// The grouped linear op on a backend without autodiff: forward only.
+pub(crate) fn grouped_linear_forward_only<Q: LowpBackend>(
+    x: FloatTensor<Q>,
+    w: FloatTensor<Q>,
+    layout: &GroupLayout<Q>,
+    op: GroupedLinearOp<Q>,
+) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>)> {
+    let (y, _, qw) = grouped_forward(x, w, layout, &op, false, false)?;
+    Ok((y, qw))
+}
+
+/// The grouped linear op on `Autodiff<B>`.
+pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
+    x: FloatTensor<Autodiff<B, C>>,
+    w: FloatTensor<Autodiff<B, C>>,
+    layout: &GroupLayout<B>,
+    op: GroupedLinearOp<B>,
+) -> Result<(FloatTensor<Autodiff<B, C>>, QuantizedTensor<B>)> {
+    let need_dgrad = x.is_tracked();
+    // The weight gradient is wanted when the weight is tracked, and always when it goes to a
+    // main_grad buffer or the deferred store (whatever the weight's tracking).
+    let need_wgrad = w.is_tracked() || !matches!(op.wgrad, WgradTarget::Graph);
+    let (y, qx, qw) = grouped_forward(
+        x.primitive.clone(),
+        w.primitive.clone(),
+        layout,
+        &op,
+        need_dgrad,
+        need_wgrad,
+    )?;
+    let shape = |t: &FloatTensor<Autodiff<B, C>>| {
+        let s = t.primitive.shape();
+        [s[0], s[1]]
+    };
+    let (x_shape, w_shape) = (shape(&x), shape(&w));
+    let out = match GroupedLinearBackward
+        .prepare::<C>([x.node.clone(), w.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let saved = GroupedSaved {
+                x_columnwise: if need_wgrad {
+                    Some(columnwise_only(qx)?)
+                } else {
+                    None
+                },
+                w_columnwise: if need_dgrad {
+                    Some(columnwise_only(qw.clone())?)
+                } else {
+                    None
+                },
+                layout: layout.clone(),
+                weight_groups: op.weight_groups,
+                grad_output: op.grad_output,
+                wgrad: op.wgrad,
+                errors: op.errors,
+                x_shape,
+                w_shape,
+            };
+            prep.finish(saved, y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    Ok((out, qw))
+}

@@ -1,0 +1,148 @@
+//! Moving token rows between the packed layout (`[tokens, cols]`, group after group) and the
+//! aligned layout grouped GEMMs take (`[rows, cols]`, each group at a multiple of 128 rows, zero
+//! padding; `backend::grouped::GroupLayout`), and adding each group's bias to its rows. Each is a
+//! gather whose backward is the opposite gather (no scatter): padding rows read a zero row.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::Autodiff;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{Int, Tensor, TensorCreationOptions, TensorPrimitive};
+
+use crate::backend::{GroupLayout, LowpBackend};
+
+/// Which way rows move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowMove {
+    /// Packed `[tokens, cols]` to aligned `[rows, cols]` (padding rows zero).
+    Pad,
+    /// Aligned to packed (padding rows dropped).
+    Unpad,
+}
+
+impl RowMove {
+    fn reverse(self) -> RowMove {
+        match self {
+            RowMove::Pad => RowMove::Unpad,
+            RowMove::Unpad => RowMove::Pad,
+        }
+    }
+}
+
+fn tensor<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// `t` with one zero row appended (what padding rows and the tail read).
+fn with_zero_row<B: LowpBackend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
+    let [_, cols] = t.dims();
+    let zero = Tensor::zeros(
+        [1, cols],
+        TensorCreationOptions::new(t.device()).with_dtype(t.dtype()),
+    );
+    Tensor::cat(vec![t, zero], 0)
+}
+
+/// Moves rows of `t` (any backend, no autodiff of its own).
+pub fn move_rows<B: LowpBackend>(
+    t: FloatTensor<B>,
+    layout: &GroupLayout<B>,
+    direction: RowMove,
+) -> FloatTensor<B> {
+    let indices = |i: &IntTensor<B>| Tensor::<B, 1, Int>::from_primitive(i.clone());
+    let out = match direction {
+        // Aligned row r reads packed token aligned_to_packed[r] (`tokens`: the zero row).
+        RowMove::Pad => with_zero_row(tensor::<B>(t)).select(0, indices(&layout.aligned_to_packed)),
+        RowMove::Unpad => tensor::<B>(t).select(0, indices(&layout.packed_to_aligned)),
+    };
+    out.into_primitive().tensor()
+}
+
+/// `y [rows, cols] + bias[g]` on the rows of each group's tokens (padding and tail stay as they
+/// are), on any backend.
+pub fn add_group_bias<B: LowpBackend>(
+    y: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    layout: &GroupLayout<B>,
+) -> FloatTensor<B> {
+    let rows_bias = with_zero_row(tensor::<B>(bias)).select(
+        0,
+        Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()),
+    );
+    (tensor::<B>(y) + rows_bias).into_primitive().tensor()
+}
+
+#[derive(Debug)]
+struct MoveRowsBackward;
+
+impl<B: LowpBackend> Backward<B, 1> for MoveRowsBackward {
+    type State = (GroupLayout<B>, RowMove);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let (layout, direction) = ops.state;
+        let grad = grads.consume::<B>(&ops.node);
+        if let Some(node) = node {
+            grads.register::<B>(node.id, move_rows::<B>(grad, &layout, direction.reverse()));
+        }
+    }
+}
+
+/// `move_rows` on `Autodiff<B>`: the gradient moves back the other way.
+pub fn move_rows_autodiff<B: LowpBackend, C: CheckpointStrategy>(
+    t: FloatTensor<Autodiff<B, C>>,
+    layout: &GroupLayout<B>,
+    direction: RowMove,
+) -> FloatTensor<Autodiff<B, C>> {
+    let out = move_rows::<B>(t.primitive.clone(), layout, direction);
+    match MoveRowsBackward
+        .prepare::<C>([t.node.clone()])
+        // Compute-bound in Burn's checkpointing sense: keep the output, never recompute it.
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish((layout.clone(), direction), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
+#[derive(Debug)]
+struct GroupBiasBackward;
+
+impl<B: LowpBackend> Backward<B, 2> for GroupBiasBackward {
+    type State = GroupLayout<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_y, node_bias] = ops.parents;
+        let layout = ops.state;
+        let dy = grads.consume::<B>(&ops.node);
+        if let Some(node) = node_bias {
+            // The layout was checked in forward; a failure here is a bug, not user input.
+            let db = B::grouped_column_sum(dy.clone(), &layout).expect("grouped bias gradient");
+            grads.register::<B>(node.id, db);
+        }
+        if let Some(node) = node_y {
+            grads.register::<B>(node.id, dy);
+        }
+    }
+}
+
+/// `add_group_bias` on `Autodiff<B>`: each group's bias gradient sums its token rows of dY
+/// (`LowpBackend::grouped_column_sum`).
+pub fn add_group_bias_autodiff<B: LowpBackend, C: CheckpointStrategy>(
+    y: FloatTensor<Autodiff<B, C>>,
+    bias: FloatTensor<Autodiff<B, C>>,
+    layout: &GroupLayout<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    let out = add_group_bias::<B>(y.primitive.clone(), bias.primitive.clone(), layout);
+    match GroupBiasBackward
+        .prepare::<C>([y.node.clone(), bias.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(layout.clone(), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
