@@ -9,6 +9,9 @@ mod common;
 #[path = "modules/suite.rs"]
 mod suite;
 
+#[path = "modules/grouped.rs"]
+mod grouped;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -18,6 +21,7 @@ mod ndarray {
     }
 
     crate::suite::module_suite!(NdArray, device(), crate::suite::Exactness::Reference);
+    crate::grouped::grouped_suite!(NdArray, device(), crate::suite::Exactness::Reference);
 }
 
 #[cfg(feature = "cuda")]
@@ -32,6 +36,14 @@ mod cuda {
     }
 
     crate::suite::module_suite!(Backend, device(), crate::suite::Exactness::Gpu);
+    crate::grouped::grouped_suite!(Backend, device(), crate::suite::Exactness::Gpu);
+
+    #[test]
+    fn grouped_fprop_and_dgrad_take_the_graph_safe_path() {
+        if let Some(d) = device() {
+            crate::grouped::check_grouped_device_splits_path::<Backend>(&d);
+        }
+    }
 
     /// GEMMs whose inputs CubeCL writes just before and whose outputs CubeCL reads just after,
     /// ordered by device flags: the results equal those of the host-synchronized ordering, and no

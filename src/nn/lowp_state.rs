@@ -11,7 +11,11 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use super::weight_cache::WeightCache;
 use crate::error::Result;
-use crate::ops::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};
+use crate::backend::Groups;
+use crate::ops::{
+    AmaxSink, BackwardErrors, DelayedSlot, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
+    GroupedWeight, LinearOp, LowpLinear, OperandQuantizer, WeightOperand, WgradTarget,
+};
 use crate::quant::{DelayedScalingState, QuantizedTensor, QuantizerSpec};
 use crate::recipe::{ModuleQuantizers, Pass, Recipe, SlotLayout};
 
@@ -153,6 +157,89 @@ impl<B: LowpLinear> LowpState<B> {
     ) {
         if is_first_microbatch == Some(true) {
             self.cache.set(weight);
+        }
+    }
+
+    /// The quantizer of one tensor of every expert of a grouped module: `slots[g]` is expert g's
+    /// slot (all share one role, so one spec); with delayed scaling, the experts' scales are
+    /// gathered and their amaxes recorded in one go. Group g rounds with seed `seed + g`, so the
+    /// call counter advances by the number of groups.
+    fn grouped_quantizer(
+        &self,
+        pass: Pass,
+        slots: Vec<usize>,
+        name: String,
+    ) -> GroupedQuantizer<B::Quant> {
+        let (quantizer, state) = match pass {
+            Pass::Forward => (&self.quantizers.forward[slots[0]], &self.delayed_forward),
+            Pass::Backward => (&self.quantizers.backward[slots[0]], &self.delayed_backward),
+        };
+        let delayed = match (&quantizer.spec, state) {
+            (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
+                let record = state.clone();
+                let scales = B::to_quant(state.slots_scale(&slots).into_primitive().tensor());
+                Some(GroupedDelayed {
+                    scales,
+                    fp8: config.fp8_format.element_format(pass == Pass::Forward),
+                    sink: GroupAmaxSink(Arc::new(move |amax| {
+                        let amax: Tensor<B, 2> =
+                            Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax)));
+                        record.record_amaxes(&slots, amax.reshape([-1]));
+                    })),
+                })
+            }
+            _ => None,
+        };
+        let groups = self.layout.gemms().len() as u64;
+        GroupedQuantizer {
+            name,
+            spec: quantizer.spec.clone(),
+            delayed,
+            seed: name_seed(&self.layout.name)
+                .wrapping_add(self.counters.calls.fetch_add(groups, Ordering::Relaxed)),
+        }
+    }
+
+    /// The grouped linear op of a grouped module (one GEMM per expert): inputs, stacked weights
+    /// (cached as `linear_op` does) and gradients, each quantized per expert.
+    pub fn grouped_linear_op(
+        &self,
+        is_first_microbatch: Option<bool>,
+        weight_groups: Groups<B::Quant>,
+        wgrad: WgradTarget<B::Quant>,
+        errors: BackwardErrors,
+    ) -> GroupedLinearOp<B::Quant> {
+        let gemms = self.layout.gemms();
+        let slots = |f: fn(&crate::recipe::GemmSlots) -> usize| gemms.iter().map(f).collect();
+        let name = |what: &str| format!("{} {what}", self.layout.name);
+        let cached = match is_first_microbatch {
+            Some(false) => self.cache.get::<QuantizedTensor<B::Quant>>(),
+            _ => None,
+        };
+        let weight = match cached {
+            Some(q) => GroupedWeight::Cached(q),
+            None => {
+                self.counters
+                    .weight_quantizations
+                    .fetch_add(1, Ordering::Relaxed);
+                GroupedWeight::Quantize(self.grouped_quantizer(
+                    Pass::Forward,
+                    slots(|g| g.weight),
+                    name("weight"),
+                ))
+            }
+        };
+        GroupedLinearOp {
+            input: self.grouped_quantizer(Pass::Forward, slots(|g| g.input), name("input")),
+            weight,
+            grad_output: self.grouped_quantizer(
+                Pass::Backward,
+                slots(|g| g.grad_output),
+                name("grad_output"),
+            ),
+            weight_groups,
+            wgrad,
+            errors,
         }
     }
 }

@@ -1,10 +1,12 @@
-//! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`.
+//! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `GroupedLinear`.
 
+pub mod grouped_linear;
 pub mod layernorm_linear;
 pub mod linear;
 pub mod lowp_state;
 pub mod weight_cache;
 
+pub use grouped_linear::{GroupedLinear, GroupedLinearConfig};
 pub use layernorm_linear::{LayerNormLinear, LayerNormLinearConfig, Normalization};
 pub use linear::{Linear, LinearConfig};
 pub use lowp_state::LowpState;

@@ -1,5 +1,6 @@
-//! The quantized-weight cache of a module across micro-batches (TE `is_first_microbatch`).
-//! It is module state that is never saved, and it empties itself whenever the module's tensors
+//! The quantized-weight cache of a module across micro-batches (TE `is_first_microbatch`), also
+//! used for other values a module keeps between calls only while its parameters stay as they are
+//! (`GroupedLinear`'s deferred weight gradients and `main_grad`). It is module state that is never saved, and it empties itself whenever the module's tensors
 //! are mapped, loaded or moved: an optimizer step (which maps the parameters) or a record load
 //! changes the weight, so the cache must not outlive it.
 
@@ -13,7 +14,7 @@ use burn::module::{
 };
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
-/// Holds one quantized weight (type-erased so that the module needs no extra bounds). Generic
+/// Holds one quantized weight or other transient value (type-erased so that the module needs no extra bounds). Generic
 /// over the backend only so that Burn's module derive visits it (it skips non-generic fields).
 pub struct WeightCache<B: Backend> {
     slot: Arc<Mutex<Option<Arc<dyn Any + Send + Sync>>>>,
