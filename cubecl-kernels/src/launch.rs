@@ -988,6 +988,29 @@ pub fn copy_range<R: Runtime>(
     out
 }
 
+/// The `count` words of `input` spread to one per `stride` words (zeros between), in a new buffer.
+pub fn spread_words<R: Runtime>(
+    client: &ComputeClient<R>,
+    input: &Handle,
+    count: usize,
+    stride: usize,
+) -> Handle {
+    let words = count * stride;
+    let out = client.empty(words.max(1) * 4);
+    let units = 256usize;
+    unsafe {
+        crate::buffers::spread_words_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(words.max(1), units)),
+            CubeDim::new_1d(units as u32),
+            arg(input, count),
+            arg(&out, words),
+            stride,
+        )
+    };
+    out
+}
+
 /// Writes `value` to the READY word of a stream-flags buffer once everything queued before it on
 /// this client's stream has run (see `stream_flags`).
 pub fn signal_flag<R: Runtime>(client: &ComputeClient<R>, flags: &Handle, value: u32) {

@@ -283,6 +283,46 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     })
 }
 
+/// Bytes between per-group FP8 scales handed to cuBLASLt.
+const SCALE_STRIDE: usize = 16;
+
+/// cuBLASLt rejects FP8 per-tensor scale pointers that are not 16-byte aligned (measured on an
+/// H100, cuBLAS 13.1: `CUBLAS_STATUS_NOT_SUPPORTED` on every per-group FP8 wgrad while group g's
+/// scale sat at byte 4g of the `[groups]` array). Spreads each representation's per-group scales
+/// to one per 16 bytes (rowwise, columnwise); formats with block scales need nothing.
+fn spread_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    q: &crate::quant::QuantizedTensor<Cube<R, F, I, BT>>,
+    count: usize,
+) -> [Option<(Handle, usize)>; 2] {
+    [&q.rowwise, &q.columnwise].map(|side| match side {
+        Some(Storage::Quantized(s)) => match &s.scales {
+            StorageScales::TensorScaleInv(b) => Some((
+                kernels::spread_words(&b.client, &b.handle, count, SCALE_STRIDE / 4),
+                count * SCALE_STRIDE,
+            )),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// Group `g`'s view with its per-tensor scales read from the spread copy (`spread_scales`).
+fn aligned_scale<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    mut q: crate::quant::QuantizedTensor<Cube<R, F, I, BT>>,
+    spread: &[Option<(Handle, usize)>; 2],
+    g: usize,
+) -> crate::quant::QuantizedTensor<Cube<R, F, I, BT>> {
+    for (side, spread) in [&mut q.rowwise, &mut q.columnwise].into_iter().zip(spread) {
+        if let (Some(Storage::Quantized(s)), Some((spread, total))) = (side.as_mut(), spread) {
+            if let StorageScales::TensorScaleInv(b) = &mut s.scales {
+                b.handle = view(spread, *total, SCALE_STRIDE * g, 4);
+                b.len = 4;
+            }
+        }
+    }
+    q
+}
+
 /// The per-group path (module docs): each non-empty group's GEMM writes its block of one output
 /// buffer (fprop/dgrad: its aligned rows; wgrad: its `[out, in]` block), all in one handshake.
 fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -317,6 +357,7 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         None => (client.empty(total.max(4)), None),
     };
     let count = a.groups.count;
+    let (spread_a, spread_b) = (spread_scales(a.tensor, count), spread_scales(b.tensor, count));
     let mut prepared: Vec<PreparedGemm<R>> = Vec::new();
     let mut covered = 0;
     for g in 0..count {
@@ -348,8 +389,8 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         });
         prepared.push(prepare(
             kind,
-            &group_view(a.tensor, g, ga),
-            &group_view(b.tensor, g, gb),
+            &aligned_scale(group_view(a.tensor, g, ga), &spread_a, g),
+            &aligned_scale(group_view(b.tensor, g, gb), &spread_b, g),
             inner,
             GemmOutput { d, d_dtype, c },
             false,
