@@ -58,9 +58,10 @@ impl<B: Backend, const D: usize> ModuleDisplay for StateTensor<B, D> {}
 impl<B: Backend, const D: usize> Module<B> for StateTensor<B, D> {
     type Record = Param<Tensor<B, D>>;
 
-    fn visit<V: ModuleVisitor<B>>(&self, visitor: &mut V) {
-        visitor.visit_float(&Param::initialized(self.id, self.value()))
-    }
+    /// Not visited: visitors look for parameters (Burn's `num_params`, gradient collection), and
+    /// this state is not one, so a model's size counts trainable weights only. Records
+    /// (`into_record` / `load_record`) and mappers (device moves) still carry it.
+    fn visit<V: ModuleVisitor<B>>(&self, _visitor: &mut V) {}
 
     fn map<M: ModuleMapper<B>>(self, mapper: &mut M) -> Self {
         let (_, tensor, _) = mapper

@@ -547,6 +547,20 @@ pub fn check_mlp_learns_under_every_recipe<B: LowpBackend>(device: &B::Device) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Burn's `num_params` counts trainable weights only: a 64 -> 128 -> 64 MLP (LayerNorm 128,
+/// 8192 + 128, 8192 + 64) has 16704 under the recipes that can block 64 features, delayed
+/// scaling's amax histories and scales (state, saved with the record) not included.
+pub fn check_num_params_counts_weights_only<B: LowpBackend>(device: &B::Device) {
+    for name in ["bf16.json", "delayed_scaling.json", "current_scaling.json", "mxfp8.json"] {
+        let r = recipe(name);
+        let model = Mlp::<B> {
+            fc1: LayerNormLinearConfig::new(64, 128).init(&r, device).unwrap(),
+            fc2: LinearConfig::new(128, 64).init(&r, device).unwrap(),
+        };
+        assert_eq!(model.num_params(), 16704, "{name}");
+    }
+}
+
 pub fn check_weight_cache<B: LowpBackend>(device: &B::Device) {
     type AD<B> = Autodiff<B>;
     for name in ["mxfp8.json", "current_scaling.json"] {
@@ -844,6 +858,13 @@ macro_rules! module_suite {
         fn a_small_mlp_learns_under_every_recipe_file() {
             if let Some(d) = $device {
                 crate::suite::check_mlp_learns_under_every_recipe::<$backend>(&d);
+            }
+        }
+
+        #[test]
+        fn num_params_counts_trainable_weights_only() {
+            if let Some(d) = $device {
+                crate::suite::check_num_params_counts_weights_only::<$backend>(&d);
             }
         }
 
