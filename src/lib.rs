@@ -9,6 +9,7 @@ pub mod cli;
 pub mod debug;
 pub mod error;
 pub mod format;
+pub mod moe;
 pub mod nn;
 pub mod ops;
 pub mod quant;

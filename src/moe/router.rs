@@ -1,0 +1,212 @@
+//! The MoE router: a high-precision (f32) linear layer scoring every expert for every token, the
+//! top-k choice, the weights the chosen experts' outputs are mixed with, and the load-balancing
+//! losses. Two scoring rules:
+//! * `Softmax` (Megatron's default): `p = softmax(logits)`, the k largest `p` chosen, their `p`
+//!   the weights (not renormalized);
+//! * `Sigmoid` (DeepSeek-V3): `s = sigmoid(logits)`, the k largest `s + expert_bias` chosen (the
+//!   bias only steers the choice), the chosen `s` renormalized to sum to 1. The bias is the
+//!   aux-loss-free balancer: `update_expert_bias` moves it by `bias_update_rate` toward the mean
+//!   load (up for underloaded experts, down for overloaded ones), on the device.
+//!
+//! Everything runs on the device: top-k is k rounds of argmax (Burn's sort falls back to the host
+//! on CubeCL backends), and the loads are sums of one-hot rows.
+//! Load-balancing loss (Switch / Megatron): `coeff · E · Σ_i f_i · P_i`, `f_i` the fraction of
+//! the `T·k` assignments that went to expert i (no gradient), `P_i` the mean score of expert i over
+//! the tokens; a perfectly balanced router gives exactly `coeff`. z-loss (ST-MoE):
+//! `coeff · mean_t(logsumexp(logits_t)²)`.
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Distribution, FloatDType, Int, Tensor, TensorCreationOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::quant::StateTensor;
+
+/// How the router turns logits into scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoreFunction {
+    Softmax,
+    Sigmoid,
+}
+
+#[derive(Config, Debug)]
+pub struct RouterConfig {
+    pub hidden_size: usize,
+    pub num_experts: usize,
+    pub top_k: usize,
+    #[config(default = "ScoreFunction::Softmax")]
+    pub score_function: ScoreFunction,
+    /// Load-balancing loss coefficient (0 disables it).
+    #[config(default = 1e-2)]
+    pub aux_loss_coeff: f64,
+    /// z-loss coefficient (0 disables it).
+    #[config(default = 0.0)]
+    pub z_loss_coeff: f64,
+    /// Step of the aux-loss-free expert bias (sigmoid scoring only).
+    #[config(default = 1e-3)]
+    pub bias_update_rate: f64,
+    #[config(default = 0.02)]
+    pub init_std: f64,
+}
+
+#[derive(Module, Debug)]
+pub struct Router<B: Backend> {
+    /// `[hidden, experts]`, f32.
+    pub weight: Param<Tensor<B, 2>>,
+    /// The aux-loss-free balancing bias `[experts]` (sigmoid scoring), state not trained.
+    pub expert_bias: Option<StateTensor<B, 1>>,
+    #[module(skip)]
+    pub top_k: usize,
+    #[module(skip)]
+    pub score_function: ScoreFunction,
+    #[module(skip)]
+    pub aux_loss_coeff: f64,
+    #[module(skip)]
+    pub z_loss_coeff: f64,
+    #[module(skip)]
+    pub bias_update_rate: f64,
+}
+
+/// What the router decided for a batch of T tokens.
+#[derive(Debug, Clone)]
+pub struct Routing<B: Backend> {
+    /// Chosen experts `[T, k]`, best first.
+    pub expert_index: Tensor<B, 2, Int>,
+    /// Their mixing weights `[T, k]`, f32, differentiable.
+    pub weights: Tensor<B, 2>,
+    /// Assignments per expert `[E]` (the grouped GEMMs' `m_splits`).
+    pub tokens_per_expert: Tensor<B, 1, Int>,
+    /// `aux_loss_coeff · E · Σ f_i P_i` (`[1]`, zero when the coefficient is 0).
+    pub aux_loss: Tensor<B, 1>,
+    /// `z_loss_coeff · mean(logsumexp²)` (`[1]`).
+    pub z_loss: Tensor<B, 1>,
+}
+
+impl RouterConfig {
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Router<B> {
+        let f32_on = TensorCreationOptions::new(device.clone()).with_dtype(FloatDType::F32.into());
+        let weight = Tensor::<B, 2>::random(
+            [self.hidden_size, self.num_experts],
+            Distribution::Normal(0.0, self.init_std),
+            f32_on.clone(),
+        );
+        Router {
+            weight: Param::from_tensor(weight),
+            expert_bias: (self.score_function == ScoreFunction::Sigmoid)
+                .then(|| StateTensor::new(Tensor::zeros([self.num_experts], f32_on))),
+            top_k: self.top_k,
+            score_function: self.score_function,
+            aux_loss_coeff: self.aux_loss_coeff,
+            z_loss_coeff: self.z_loss_coeff,
+            bias_update_rate: self.bias_update_rate,
+        }
+    }
+}
+
+/// The `k` largest entries of each row (`[T, E]` -> values and indices `[T, k]`, largest first;
+/// ties to the lower index), by k rounds of argmax on the device.
+pub fn top_k<B: Backend>(scores: Tensor<B, 2>, k: usize) -> Tensor<B, 2, Int> {
+    let [tokens, experts] = scores.dims();
+    let columns =
+        Tensor::<B, 1, Int>::arange(0..experts as i64, &scores.device()).reshape([1, experts]);
+    let mut remaining = scores;
+    let mut chosen = Vec::with_capacity(k);
+    for _ in 0..k {
+        let index = remaining.clone().argmax(1); // [T, 1]
+        let taken: Tensor<B, 2, Bool> = index
+            .clone()
+            .expand([tokens, experts])
+            .equal(columns.clone().expand([tokens, experts]));
+        remaining = remaining.mask_fill(taken, f32::NEG_INFINITY);
+        chosen.push(index);
+    }
+    Tensor::cat(chosen, 1)
+}
+
+/// Assignments per expert: the sum of one-hot rows of `expert_index` (`[T, k]` -> `[E]`).
+pub fn tokens_per_expert<B: Backend>(
+    expert_index: Tensor<B, 2, Int>,
+    experts: usize,
+) -> Tensor<B, 1, Int> {
+    one_hot(expert_index.reshape([-1]), experts).sum_dim(0).reshape([experts])
+}
+
+/// `[n]` indices -> `[n, classes]` 0/1 Int rows.
+pub(crate) fn one_hot<B: Backend>(index: Tensor<B, 1, Int>, classes: usize) -> Tensor<B, 2, Int> {
+    let [n] = index.dims();
+    let columns = Tensor::<B, 1, Int>::arange(0..classes as i64, &index.device())
+        .reshape([1, classes])
+        .expand([n, classes]);
+    index
+        .reshape([n, 1])
+        .expand([n, classes])
+        .equal(columns)
+        .int()
+}
+
+impl<B: Backend> Router<B> {
+    pub fn num_experts(&self) -> usize {
+        self.weight.dims()[1]
+    }
+
+    /// Routes `x [T, hidden]` (any float dtype; the router computes in f32).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Routing<B> {
+        let [tokens, _] = x.dims();
+        let experts = self.num_experts();
+        let logits = x.cast(FloatDType::F32).matmul(self.weight.val());
+        let scores = match self.score_function {
+            ScoreFunction::Softmax => softmax(logits.clone(), 1),
+            ScoreFunction::Sigmoid => sigmoid(logits.clone()),
+        };
+        let selection = match &self.expert_bias {
+            Some(bias) => scores.clone().detach() + bias.value().reshape([1, experts]),
+            None => scores.clone().detach(),
+        };
+        let expert_index = top_k(selection, self.top_k);
+        let mut weights = scores.clone().gather(1, expert_index.clone());
+        if self.score_function == ScoreFunction::Sigmoid {
+            weights = weights.clone() / weights.sum_dim(1);
+        }
+        let tokens_per_expert = tokens_per_expert(expert_index.clone(), experts);
+        let device = logits.device();
+        let zero = || Tensor::<B, 1>::zeros([1], TensorCreationOptions::new(device.clone()).with_dtype(FloatDType::F32.into()));
+        let aux_loss = if self.aux_loss_coeff > 0.0 {
+            let assignments = (tokens * self.top_k) as f64;
+            let fraction = tokens_per_expert.clone().float().cast(FloatDType::F32) / assignments;
+            let mean_score = scores.mean_dim(0).reshape([experts]);
+            (fraction * mean_score).sum() * (self.aux_loss_coeff * experts as f64)
+        } else {
+            zero()
+        };
+        let z_loss = if self.z_loss_coeff > 0.0 {
+            let max = logits.clone().max_dim(1).detach();
+            let lse = (logits - max.clone()).exp().sum_dim(1).log() + max;
+            lse.powi_scalar(2).mean() * self.z_loss_coeff
+        } else {
+            zero()
+        };
+        Routing {
+            expert_index,
+            weights,
+            tokens_per_expert,
+            aux_loss,
+            z_loss,
+        }
+    }
+
+    /// DeepSeek-V3's aux-loss-free balancing (sigmoid scoring; a no-op otherwise): each expert's
+    /// bias moves by `bias_update_rate` toward the mean load, `b_i += rate · sign(mean - load_i)`,
+    /// with the loads of the step (`tokens_per_expert`, summed over micro-batches by the caller).
+    pub fn update_expert_bias(&self, tokens_per_expert: Tensor<B, 1, Int>) {
+        let Some(bias) = &self.expert_bias else {
+            return;
+        };
+        let load = tokens_per_expert.float().cast(FloatDType::F32);
+        let mean = load.clone().mean();
+        let step = (mean.expand(load.dims()) - load).sign() * self.bias_update_rate;
+        bias.set(bias.value() + step);
+    }
+}
