@@ -8,12 +8,13 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorPrimitive};
+use burn::tensor::{Int, Tensor};
 
 use super::experts::{SwigluExperts, SwigluExpertsConfig};
 use super::permute::{permutation, permute, unpermute};
 use super::router::{Router, RouterConfig, ScoreFunction};
 use crate::error::LowpError;
+use crate::nn::grouped_linear::move_rows;
 use crate::nn::{Linear, LinearConfig};
 use crate::ops::{LowpLinear, RowMove};
 use crate::recipe::Recipe;
@@ -106,18 +107,6 @@ impl MoeLayerConfig {
             shared,
         })
     }
-}
-
-fn move_rows<B: LowpLinear>(
-    t: Tensor<B, 2>,
-    layout: &crate::backend::GroupLayout<B::Quant>,
-    direction: RowMove,
-) -> Tensor<B, 2> {
-    Tensor::from_primitive(TensorPrimitive::Float(B::lowp_move_rows(
-        t.into_primitive().tensor(),
-        layout,
-        direction,
-    )))
 }
 
 impl<B: LowpLinear> SwigluMlp<B> {

@@ -402,7 +402,8 @@ impl<B: LowpLinear> GroupedLinear<B> {
     }
 }
 
-fn move_rows<B: LowpLinear>(
+/// `t` moved between the packed and aligned layouts of `layout` (also the MoE layer's moves).
+pub(crate) fn move_rows<B: LowpLinear>(
     t: Tensor<B, 2>,
     layout: &GroupLayout<B::Quant>,
     direction: RowMove,
