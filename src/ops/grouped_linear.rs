@@ -16,13 +16,15 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, TensorMetadata};
+use burn::tensor::{FloatDType, TensorMetadata};
+
+use super::linear::{columnwise_only, gemm_dtype};
 
 use crate::backend::{GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
-use crate::quant::{QuantizedTensor, QuantizerSpec, Storage};
+use crate::quant::{QuantizedTensor, QuantizerSpec};
 
 /// Where a grouped delayed-scaling slot's amaxes go (one per group, into the module's history).
 #[derive(Clone)]
@@ -140,14 +142,6 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
     pub errors: BackwardErrors,
 }
 
-/// The GEMM output dtype for activations of `dtype`.
-pub(crate) fn gemm_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
-}
 
 /// Quantizes X and W and runs the grouped fprop; `need_dgrad` / `need_wgrad` add the columnwise
 /// copies backward reads.
@@ -246,18 +240,6 @@ pub fn run_wgrad<Q: LowpBackend>(
     )
 }
 
-/// Keeps only the columnwise representation (identity storages stay as they are).
-fn columnwise_only<Q: LowpBackend>(q: QuantizedTensor<Q>) -> Result<QuantizedTensor<Q>> {
-    match (&q.rowwise, &q.columnwise) {
-        (_, Some(_)) => q.narrow(Usage::COLUMNWISE),
-        (Some(Storage::HighPrecision(_)), None) => Ok(q),
-        _ => Err(LowpError::invalid(
-            "saved operand",
-            "rowwise only",
-            "backward needs the columnwise copy",
-        )),
-    }
-}
 
 /// What backward needs.
 #[derive(Clone, Debug)]

@@ -165,7 +165,7 @@ pub trait LowpLinear: Backend {
 }
 
 /// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
-fn gemm_dtype(dtype: DType) -> FloatDType {
+pub(crate) fn gemm_dtype(dtype: DType) -> FloatDType {
     match dtype {
         DType::BF16 => FloatDType::BF16,
         DType::F16 => FloatDType::F16,
@@ -319,7 +319,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
 }
 
 /// Keeps only the columnwise representation (identity storages stay as they are).
-fn columnwise_only<Q: LowpBackend>(q: QuantizedTensor<Q>) -> Result<QuantizedTensor<Q>> {
+pub(crate) fn columnwise_only<Q: LowpBackend>(q: QuantizedTensor<Q>) -> Result<QuantizedTensor<Q>> {
     match (&q.rowwise, &q.columnwise) {
         (_, Some(_)) => q.narrow(Usage::COLUMNWISE),
         (Some(Storage::HighPrecision(_)), None) => Ok(q),
