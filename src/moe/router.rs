@@ -22,6 +22,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Distribution, FloatDType, Int, Tensor, TensorCreationOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::quant::state_tensor::OptionalState;
 use crate::quant::StateTensor;
 
 /// How the router turns logits into scores.
@@ -57,7 +58,7 @@ pub struct Router<B: Backend> {
     /// `[hidden, experts]`, f32.
     pub weight: Param<Tensor<B, 2>>,
     /// The aux-loss-free balancing bias `[experts]` (sigmoid scoring), state not trained.
-    pub expert_bias: Option<StateTensor<B, 1>>,
+    pub expert_bias: OptionalState<StateTensor<B, 1>>,
     #[module(skip)]
     pub top_k: usize,
     #[module(skip)]
@@ -96,7 +97,8 @@ impl RouterConfig {
         Router {
             weight: Param::from_tensor(weight),
             expert_bias: (self.score_function == ScoreFunction::Sigmoid)
-                .then(|| StateTensor::new(Tensor::zeros([self.num_experts], f32_on))),
+                .then(|| StateTensor::new(Tensor::zeros([self.num_experts], f32_on)))
+                .into(),
             top_k: self.top_k,
             score_function: self.score_function,
             aux_loss_coeff: self.aux_loss_coeff,
@@ -161,7 +163,7 @@ impl<B: Backend> Router<B> {
             ScoreFunction::Softmax => softmax(logits.clone(), 1),
             ScoreFunction::Sigmoid => sigmoid(logits.clone()),
         };
-        let selection = match &self.expert_bias {
+        let selection = match self.expert_bias.as_ref() {
             Some(bias) => scores.clone().detach() + bias.value().reshape([1, experts]),
             None => scores.clone().detach(),
         };
@@ -201,7 +203,7 @@ impl<B: Backend> Router<B> {
     /// bias moves by `bias_update_rate` toward the mean load, `b_i += rate · sign(mean - load_i)`,
     /// with the loads of the step (`tokens_per_expert`, summed over micro-batches by the caller).
     pub fn update_expert_bias(&self, tokens_per_expert: Tensor<B, 1, Int>) {
-        let Some(bias) = &self.expert_bias else {
+        let Some(bias) = self.expert_bias.as_ref() else {
             return;
         };
         let load = tokens_per_expert.float().cast(FloatDType::F32);

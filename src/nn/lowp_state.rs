@@ -16,6 +16,7 @@ use crate::ops::{
     AmaxSink, BackwardErrors, DelayedSlot, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
     GroupedWeight, LinearOp, LowpLinear, OperandQuantizer, WeightOperand, WgradTarget,
 };
+use crate::quant::state_tensor::OptionalState;
 use crate::quant::{DelayedScalingState, QuantizedTensor, QuantizerSpec};
 use crate::recipe::{ModuleQuantizers, Pass, Recipe, SlotLayout};
 
@@ -34,8 +35,8 @@ pub struct LowpState<B: Backend> {
     pub layout: SlotLayout,
     #[module(skip)]
     pub quantizers: ModuleQuantizers,
-    pub delayed_forward: Option<DelayedScalingState<B>>,
-    pub delayed_backward: Option<DelayedScalingState<B>>,
+    pub delayed_forward: OptionalState<DelayedScalingState<B>>,
+    pub delayed_backward: OptionalState<DelayedScalingState<B>>,
     pub cache: WeightCache<B>,
     #[module(skip)]
     pub counters: Arc<Counters>,
@@ -65,8 +66,8 @@ impl<B: Backend> LowpState<B> {
                 .map(|c| DelayedScalingState::new(c, slots, device))
         };
         Ok(LowpState {
-            delayed_forward: state(layout.forward.len()),
-            delayed_backward: state(layout.backward.len()),
+            delayed_forward: state(layout.forward.len()).into(),
+            delayed_backward: state(layout.backward.len()).into(),
             layout,
             quantizers,
             cache: WeightCache::default(),
@@ -79,14 +80,25 @@ impl<B: Backend> LowpState<B> {
         self.counters.weight_quantizations.load(Ordering::Relaxed)
     }
 
+    /// Quantize calls so far: the stochastic-rounding stream position, which a checkpoint saves
+    /// so that a resumed run rounds exactly as the uninterrupted one.
+    pub fn quantize_calls(&self) -> u64 {
+        self.counters.calls.load(Ordering::Relaxed)
+    }
+
+    /// Restores the stochastic-rounding stream position saved by [`Self::quantize_calls`].
+    pub fn set_quantize_calls(&self, calls: u64) {
+        self.counters.calls.store(calls, Ordering::Relaxed);
+    }
+
     /// End of a training step (TE's autocast exit / first module's backward): delayed-scaling
     /// scales are recomputed from the amax histories, which roll. A no-op for other recipes.
     pub fn end_step(&self) {
         if let Some(config) = &self.quantizers.delayed {
-            if let Some(state) = &self.delayed_forward {
+            if let Some(state) = self.delayed_forward.as_ref() {
                 state.update(config, config.fp8_format.element_format(true));
             }
-            if let Some(state) = &self.delayed_backward {
+            if let Some(state) = self.delayed_backward.as_ref() {
                 state.update(config, config.fp8_format.element_format(false));
             }
         }
@@ -96,8 +108,8 @@ impl<B: Backend> LowpState<B> {
 impl<B: LowpLinear> LowpState<B> {
     fn operand(&self, pass: Pass, slot: usize, name: String) -> OperandQuantizer<B::Quant> {
         let (quantizer, state) = match pass {
-            Pass::Forward => (&self.quantizers.forward[slot], &self.delayed_forward),
-            Pass::Backward => (&self.quantizers.backward[slot], &self.delayed_backward),
+            Pass::Forward => (&self.quantizers.forward[slot], self.delayed_forward.as_ref()),
+            Pass::Backward => (&self.quantizers.backward[slot], self.delayed_backward.as_ref()),
         };
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
@@ -171,8 +183,8 @@ impl<B: LowpLinear> LowpState<B> {
         name: String,
     ) -> GroupedQuantizer<B::Quant> {
         let (quantizer, state) = match pass {
-            Pass::Forward => (&self.quantizers.forward[slots[0]], &self.delayed_forward),
-            Pass::Backward => (&self.quantizers.backward[slots[0]], &self.delayed_backward),
+            Pass::Forward => (&self.quantizers.forward[slots[0]], self.delayed_forward.as_ref()),
+            Pass::Backward => (&self.quantizers.backward[slots[0]], self.delayed_backward.as_ref()),
         };
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {

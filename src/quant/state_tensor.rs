@@ -111,3 +111,82 @@ impl<B: AutodiffBackend, const D: usize> AutodiffModule<B> for StateTensor<B, D>
         StateTensor::with_id(module.id, Tensor::from_inner(module.value()))
     }
 }
+
+/// Module state that may be absent: an `Option` of a module made of [`StateTensor`]s (delayed
+/// scaling's scales and histories, a router's expert bias). Burn's own `Option<Module>` skips
+/// `load_record` for a module without parameters (it takes it for a constant), and state has no
+/// parameters by design (so that `num_params` counts trainable weights only); a plain `Option`
+/// would drop the state on every checkpoint load. This one always loads. Its record is the
+/// `Option`'s, so files are the same.
+#[derive(Clone, Debug)]
+pub struct OptionalState<M>(pub Option<M>);
+
+impl<M> std::ops::Deref for OptionalState<M> {
+    type Target = Option<M>;
+
+    fn deref(&self) -> &Option<M> {
+        &self.0
+    }
+}
+
+impl<M> From<Option<M>> for OptionalState<M> {
+    fn from(value: Option<M>) -> Self {
+        OptionalState(value)
+    }
+}
+
+impl<M: ModuleDisplay> ModuleDisplayDefault for OptionalState<M> {
+    fn content(&self, content: Content) -> Option<Content> {
+        self.0.content(content)
+    }
+}
+
+impl<M: ModuleDisplay> ModuleDisplay for OptionalState<M> {}
+
+impl<B: Backend, M: Module<B> + core::fmt::Debug> Module<B> for OptionalState<M> {
+    type Record = Option<M::Record>;
+
+    fn visit<V: ModuleVisitor<B>>(&self, visitor: &mut V) {
+        self.0.visit(visitor)
+    }
+
+    fn map<Mm: ModuleMapper<B>>(self, mapper: &mut Mm) -> Self {
+        OptionalState(self.0.map(|m| m.map(mapper)))
+    }
+
+    /// Loads whenever both sides hold the state (no "constant" shortcut, see the type's doc).
+    fn load_record(self, record: Self::Record) -> Self {
+        match (self.0, record) {
+            (Some(module), Some(record)) => OptionalState(Some(module.load_record(record))),
+            (module, _) => OptionalState(module),
+        }
+    }
+
+    fn into_record(self) -> Self::Record {
+        self.0.map(Module::into_record)
+    }
+
+    fn to_device(self, device: &B::Device) -> Self {
+        OptionalState(self.0.to_device(device))
+    }
+
+    fn fork(self, device: &B::Device) -> Self {
+        OptionalState(self.0.fork(device))
+    }
+
+    fn collect_devices(&self, devices: Vec<B::Device>) -> Vec<B::Device> {
+        self.0.collect_devices(devices)
+    }
+}
+
+impl<B: AutodiffBackend, M: AutodiffModule<B> + core::fmt::Debug> AutodiffModule<B> for OptionalState<M> {
+    type InnerModule = OptionalState<M::InnerModule>;
+
+    fn valid(&self) -> Self::InnerModule {
+        OptionalState(self.0.valid())
+    }
+
+    fn from_inner(module: Self::InnerModule) -> Self {
+        OptionalState(Option::<M>::from_inner(module.0))
+    }
+}
