@@ -1,0 +1,89 @@
+//! Checkpoints of a training run: the model record (parameters, delayed-scaling scales and amax
+//! histories, router biases), the optimizer record (AdamW moments and step counts), and
+//! `state.json` (next step, seed, the run config and recipe it was trained with, the
+//! stochastic-rounding stream positions). The data position is the step (see `data.rs`), so these
+//! are everything a resumed run needs to continue exactly as the uninterrupted one.
+//! Written to a temporary directory and renamed, so an interrupted save leaves the previous one.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use serde::{Deserialize, Serialize};
+
+use super::model::MoeLm;
+use crate::error::LowpError;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointState {
+    /// The step the resumed run starts at.
+    pub next_step: usize,
+    pub seed: u64,
+    /// The run config, as JSON (a resume under another config is refused).
+    pub run_config: serde_json::Value,
+    /// The recipe, as JSON (a resume under another recipe is refused).
+    pub recipe: serde_json::Value,
+    /// Quantize calls per GEMM (`MoeLm::lowp_states` order): stochastic-rounding positions.
+    pub quantize_calls: Vec<u64>,
+}
+
+fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
+    BinFileRecorder::new()
+}
+
+/// Saves into `dir` (replacing what is there).
+pub fn save<B, O>(dir: &Path, model: &MoeLm<B>, optim: &O, state: &CheckpointState) -> Result<(), LowpError>
+where
+    B: AutodiffBackend,
+    O: Optimizer<MoeLm<B>, B>,
+{
+    let staging = PathBuf::from(format!("{}.saving", dir.display()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).map_err(|e| LowpError::file(&staging, e))?;
+    recorder()
+        .record(model.clone().into_record(), staging.join("model"))
+        .map_err(|e| LowpError::file(staging.join("model.bin"), e))?;
+    recorder()
+        .record(optim.to_record(), staging.join("optimizer"))
+        .map_err(|e| LowpError::file(staging.join("optimizer.bin"), e))?;
+    let json = serde_json::to_string_pretty(state).expect("checkpoint state serializes");
+    std::fs::write(staging.join("state.json"), json).map_err(|e| LowpError::file(staging.join("state.json"), e))?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&staging, dir).map_err(|e| LowpError::file(dir, e))
+}
+
+/// Reads `dir/state.json`.
+pub fn load_state(dir: &Path) -> Result<CheckpointState, LowpError> {
+    let path = dir.join("state.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| LowpError::file(&path, e))?;
+    serde_json::from_str(&text).map_err(|e| LowpError::file(&path, e))
+}
+
+/// Loads the model and optimizer records of `dir` into `model` and `optim`, and the
+/// stochastic-rounding positions of `state`.
+pub fn restore<B, O>(dir: &Path, model: MoeLm<B>, optim: O, state: &CheckpointState, device: &B::Device) -> Result<(MoeLm<B>, O), LowpError>
+where
+    B: AutodiffBackend,
+    O: Optimizer<MoeLm<B>, B>,
+{
+    let record = recorder()
+        .load(dir.join("model"), device)
+        .map_err(|e| LowpError::file(dir.join("model.bin"), e))?;
+    let model = model.load_record(record);
+    let states = model.lowp_states();
+    if states.len() != state.quantize_calls.len() {
+        return Err(LowpError::file(
+            dir.join("state.json"),
+            format!("quantize_calls has {} entries; the model has {} GEMMs", state.quantize_calls.len(), states.len()),
+        ));
+    }
+    for (lowp, &calls) in states.iter().zip(&state.quantize_calls) {
+        lowp.set_quantize_calls(calls);
+    }
+    let record = recorder()
+        .load(dir.join("optimizer"), device)
+        .map_err(|e| LowpError::file(dir.join("optimizer.bin"), e))?;
+    Ok((model, optim.load_record(record)))
+}

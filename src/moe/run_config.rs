@@ -1,0 +1,198 @@
+//! The training run's config file: `{ "model": {...}, "train": {...} }`. Every field has a
+//! default, so a file names only what it changes; an unknown field or a wrong type is an error
+//! naming its JSON path (`model.num_expert: unknown field ...`), as recipe files are.
+
+use std::path::Path;
+
+use burn::config::Config;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::model::MoeLmConfig;
+use crate::error::LowpError;
+
+/// Optimisation and data settings.
+#[derive(Config, Debug)]
+pub struct TrainConfig {
+    #[config(default = 300)]
+    pub steps: usize,
+    /// Sequences per optimizer step (all micro-batches together).
+    #[config(default = 8)]
+    pub batch_size: usize,
+    #[config(default = 64)]
+    pub seq_len: usize,
+    /// The batch is split into this many micro-batches whose gradients accumulate; the weights
+    /// are quantized once per step (`is_first_microbatch`).
+    #[config(default = 1)]
+    pub micro_batches: usize,
+    /// Peak learning rate (AdamW), reached after `warmup_steps`, then cosine decay to
+    /// `min_lr_ratio · lr` at the last step.
+    #[config(default = 3e-3)]
+    pub lr: f64,
+    #[config(default = 30)]
+    pub warmup_steps: usize,
+    #[config(default = 0.1)]
+    pub min_lr_ratio: f64,
+    #[config(default = 0.1)]
+    pub weight_decay: f32,
+    #[config(default = 0.9)]
+    pub beta1: f32,
+    #[config(default = 0.95)]
+    pub beta2: f32,
+    /// Per-parameter gradient norm clipping (Burn's `GradientClipping::Norm`); none when absent.
+    #[config(default = "Some(1.0)")]
+    pub grad_clip_norm: Option<f32>,
+    /// Seeds the weights and the data order.
+    #[config(default = 42)]
+    pub seed: u64,
+    /// Losses are read from the device every `log_every` steps (one synchronisation per
+    /// interval, not per step).
+    #[config(default = 10)]
+    pub log_every: usize,
+    /// Save a checkpoint every this many steps (0: only at the end).
+    #[config(default = 0)]
+    pub checkpoint_every: usize,
+}
+
+impl TrainConfig {
+    pub fn validate(&self) -> Result<(), LowpError> {
+        for (what, value) in [
+            ("steps", self.steps),
+            ("batch_size", self.batch_size),
+            ("seq_len", self.seq_len),
+            ("micro_batches", self.micro_batches),
+            ("log_every", self.log_every),
+        ] {
+            if value == 0 {
+                return Err(LowpError::invalid(format!("train.{what}"), value, "must be positive"));
+            }
+        }
+        if self.batch_size % self.micro_batches != 0 {
+            return Err(LowpError::invalid(
+                "train.micro_batches",
+                self.micro_batches,
+                format!("must divide batch_size = {}", self.batch_size),
+            ));
+        }
+        if !(self.lr > 0.0) || !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            return Err(LowpError::invalid(
+                "train.lr / min_lr_ratio",
+                format!("{} / {}", self.lr, self.min_lr_ratio),
+                "lr must be positive and min_lr_ratio in [0, 1]",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sequences per micro-batch.
+    pub fn micro_batch_size(&self) -> usize {
+        self.batch_size / self.micro_batches
+    }
+
+    /// Tokens per optimizer step.
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch_size * self.seq_len
+    }
+
+    /// Linear warm-up, then cosine decay to `min_lr_ratio · lr` at the last step.
+    pub fn learning_rate(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let decay = (self.steps.saturating_sub(self.warmup_steps)).max(1) as f64;
+        let progress = ((step - self.warmup_steps) as f64 / decay).min(1.0);
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+        self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub model: MoeLmConfig,
+    pub train: TrainConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            model: MoeLmConfig::new(),
+            train: TrainConfig::new(),
+        }
+    }
+}
+
+/// `defaults` with the fields of `given` replaced; unknown fields and wrong types are errors at
+/// `path.<field>`.
+fn overlay<T: Serialize + DeserializeOwned>(defaults: &T, given: &Value, path: &str) -> Result<T, LowpError> {
+    let mut merged = serde_json::to_value(defaults).expect("a config serializes");
+    let (Value::Object(fields), Some(given)) = (&mut merged, given.as_object()) else {
+        return Err(LowpError::invalid(path, given, "must be a JSON object"));
+    };
+    for (key, value) in given {
+        if !fields.contains_key(key) {
+            let mut known: Vec<_> = fields.keys().cloned().collect();
+            known.sort();
+            return Err(LowpError::invalid(
+                format!("{path}.{key}"),
+                "unknown field",
+                format!("known fields: {}", known.join(", ")),
+            ));
+        }
+        fields.insert(key.clone(), value.clone());
+    }
+    let mut track = serde_path_to_error::Track::new();
+    T::deserialize(serde_path_to_error::Deserializer::new(&merged, &mut track)).map_err(|e| {
+        LowpError::invalid(format!("{path}.{}", track.path()), "JSON", e.to_string())
+    })
+}
+
+impl RunConfig {
+    pub fn from_json(text: &str) -> Result<Self, LowpError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| LowpError::invalid("run config", "JSON", e.to_string()))?;
+        let Some(sections) = value.as_object() else {
+            return Err(LowpError::invalid("run config", value, "must be a JSON object"));
+        };
+        let defaults = RunConfig::default();
+        let mut config = defaults.clone();
+        for (key, section) in sections {
+            match key.as_str() {
+                "model" => config.model = overlay(&defaults.model, section, "model")?,
+                "train" => config.train = overlay(&defaults.train, section, "train")?,
+                other => {
+                    return Err(LowpError::invalid(
+                        other,
+                        "unknown section",
+                        "a run config has the sections \"model\" and \"train\"",
+                    ))
+                }
+            }
+        }
+        config.model.validate()?;
+        config.train.validate()?;
+        if config.train.seq_len > config.model.max_seq_len {
+            return Err(LowpError::invalid(
+                "train.seq_len",
+                config.train.seq_len,
+                format!("must not exceed model.max_seq_len = {}", config.model.max_seq_len),
+            ));
+        }
+        Ok(config)
+    }
+
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LowpError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| LowpError::file(path, e))?;
+        RunConfig::from_json(&text).map_err(|e| LowpError::file(path, e))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(&serde_json::json!({
+            "model": self.model,
+            "train": self.train,
+        }))
+        .expect("a run config serializes")
+    }
+}
