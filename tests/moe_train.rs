@@ -18,8 +18,8 @@ use clap::Parser;
 type AD = Autodiff<NdArray>;
 
 /// Burn's seed is process-wide (`Backend::seed` seeds one generator that every weight init
-/// draws from): tests that train hold this lock so that a run's initial weights come from its own
-/// seed alone, as in the single-run program.
+/// draws from): every test here that initializes a model holds this lock, so that a run's initial
+/// weights come from its own seed alone, as in the single-run program.
 static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn seeded() -> std::sync::MutexGuard<'static, ()> {
@@ -93,6 +93,7 @@ fn run_config_errors_name_the_field_the_value_and_the_rule() {
 /// histories are module state, not parameters): the count by hand.
 #[test]
 fn the_model_counts_its_trainable_weights() {
+    let _seeded = seeded();
     let device = Default::default();
     let (v, h, f, e, layers) = (256, 128, 128, 4, 2);
     let config = MoeLmConfig::new()
