@@ -11,11 +11,15 @@ mod common;
 #[path = "kernels/suite.rs"]
 mod suite;
 
+#[path = "kernels/norm_act.rs"]
+mod norm_act;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
     use burn_lowp::format::InputDtype;
     crate::suite::kernel_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
+    crate::norm_act::norm_act_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
 }
 
 #[cfg(feature = "wgpu")]
@@ -41,6 +45,12 @@ mod wgpu {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
+    crate::norm_act::norm_act_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
+        true
+    );
 }
 
 #[cfg(feature = "cuda")]
@@ -59,5 +69,11 @@ mod cuda {
         Backend,
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
+    crate::norm_act::norm_act_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
+        true
     );
 }

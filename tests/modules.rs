@@ -12,6 +12,9 @@ mod suite;
 #[path = "modules/grouped.rs"]
 mod grouped;
 
+#[path = "modules/mlp.rs"]
+mod mlp;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -22,6 +25,7 @@ mod ndarray {
 
     crate::suite::module_suite!(NdArray, device(), crate::suite::Exactness::Reference);
     crate::grouped::grouped_suite!(NdArray, device(), crate::suite::Exactness::Reference);
+    crate::mlp::mlp_suite!(NdArray, device(), crate::suite::Exactness::Reference);
 }
 
 #[cfg(feature = "cuda")]
@@ -37,6 +41,7 @@ mod cuda {
 
     crate::suite::module_suite!(Backend, device(), crate::suite::Exactness::Gpu);
     crate::grouped::grouped_suite!(Backend, device(), crate::suite::Exactness::Gpu);
+    crate::mlp::mlp_suite!(Backend, device(), crate::suite::Exactness::Gpu);
 
     #[test]
     fn grouped_fprop_and_dgrad_take_the_graph_safe_path() {

@@ -4,7 +4,8 @@
 //! Results are f32 bit patterns, reduced with an atomic u32 max (non-negative floats order like
 //! their bits), into buffers the caller zeroes first.
 
-use crate::codec::{abs_bits_for_amax, f16_bits_to_f32, load_chunk, ElemKind};
+use crate::codec::{abs_bits_for_amax, load_chunk, ElemKind};
+use crate::pairs::load_pair;
 use crate::group_layout::find_group;
 use crate::hadamard::rht16;
 use crate::reduce::cube_max_into;
@@ -36,28 +37,6 @@ pub fn amax_kernel<N: Size>(
     }
     let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
     cube_max_into(local, &mut scratch, out, 0usize, AMAX_UNITS);
-}
-
-/// Elements `index` and `index + 1` (`index` even) of the raw input words.
-#[cube]
-fn load_pair(input: &Array<u32>, index: usize, #[comptime] kind: ElemKind) -> (f32, f32) {
-    match kind {
-        ElemKind::F32 => (
-            f32::reinterpret(input[index]),
-            f32::reinterpret(input[index + 1]),
-        ),
-        ElemKind::BF16 => {
-            let w = input[index / 2];
-            (
-                f32::reinterpret(w << 16u32),
-                f32::reinterpret(w & 0xFFFF_0000u32),
-            )
-        }
-        ElemKind::F16 => {
-            let w = input[index / 2];
-            (f16_bits_to_f32(w & 0xFFFFu32), f16_bits_to_f32(w >> 16u32))
-        }
-    }
 }
 
 /// Rowwise amax of `x [rows, cols]` and amax of `RHT(xᵀ)` (16-element chunks along M), in one

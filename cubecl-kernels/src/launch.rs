@@ -338,6 +338,9 @@ fn require_grouped_rows(x: &InputMatrix, groups: Option<RowGroups>) -> Result<()
 pub enum TensorScaling<'a> {
     /// Current scaling: an amax pass, then `rule` turns the amax into the scale on the device.
     Current { rule: ScaleRule },
+    /// Current scaling whose amax a producer already took (f32 bits, one per group; e.g. the
+    /// LayerNormMLP norm and activation kernels fuse it): no amax pass.
+    CurrentFromAmax { rule: ScaleRule, amax: &'a Handle },
     /// Delayed scaling: the f32 scale in a device buffer (one per group); the amax is recorded.
     Delayed { scale: &'a Handle },
 }
@@ -363,6 +366,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
             };
             (amax.clone(), true, rule, amax)
         }
+        TensorScaling::CurrentFromAmax { rule, amax } => (amax.clone(), true, rule, amax.clone()),
         TensorScaling::Delayed { scale } => {
             let rule = ScaleRule {
                 fp8,

@@ -16,6 +16,7 @@
 //! Constants are float literals, never bit patterns passed through `f32::reinterpret`: CubeCL's
 //! CUDA backend cannot bitcast a constant (it emits a `reinterpret_cast` of an rvalue).
 
+pub mod activation;
 pub mod amax;
 pub mod buffers;
 pub mod codec;
@@ -27,7 +28,10 @@ pub mod group_layout;
 pub mod hadamard;
 pub mod launch;
 pub mod mxfp8;
+pub mod norm;
 pub mod nvfp4;
+pub mod pairs;
+pub mod partial_sums;
 pub mod random;
 pub mod reduce;
 pub mod row_scale;

@@ -32,3 +32,26 @@ pub fn cube_max_into(
         out[index].fetch_max(scratch[0]);
     }
 }
+
+/// Sum over the cube of every unit's `value`, returned to every unit. The tree's order is fixed
+/// (unit i adds unit i + stride), so a row's sum does not depend on scheduling. Every unit of the
+/// cube must call it (it synchronizes, also before returning, so `scratch` can be reused at once).
+#[cube]
+pub fn cube_sum(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..10u32 {
+        let stride = comptime![units >> (level + 1)];
+        if comptime![stride > 0] {
+            if unit < stride {
+                scratch[unit] = scratch[unit] + scratch[unit + stride];
+            }
+            sync_cube();
+        }
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}

@@ -45,14 +45,14 @@ impl<R: CubeRuntime> std::fmt::Debug for CubeBytes<R> {
     }
 }
 
-fn fp8_kind(fp8: Fp8Format) -> Fp8Kind {
+pub(super) fn fp8_kind(fp8: Fp8Format) -> Fp8Kind {
     match fp8 {
         Fp8Format::E4M3 => Fp8Kind::E4M3,
         Fp8Format::E5M2 => Fp8Kind::E5M2,
     }
 }
 
-fn elem_kind(dtype: DType, tensor: &str) -> Result<ElemKind> {
+pub(super) fn elem_kind(dtype: DType, tensor: &str) -> Result<ElemKind> {
     match dtype {
         DType::F32 => Ok(ElemKind::F32),
         DType::F16 => Ok(ElemKind::F16),
@@ -65,7 +65,7 @@ fn elem_kind(dtype: DType, tensor: &str) -> Result<ElemKind> {
     }
 }
 
-fn kernel_error(tensor: &str) -> impl Fn(KernelError) -> LowpError + '_ {
+pub(super) fn kernel_error(tensor: &str) -> impl Fn(KernelError) -> LowpError + '_ {
     move |e| LowpError::shape(tensor, e.value, e.rule)
 }
 
@@ -82,7 +82,7 @@ fn check_grouped_rows<R: CubeRuntime>(rows: usize, groups: &Groups<impl LowpBack
 }
 
 /// A contiguous tensor whose data starts 16-byte aligned (the kernels load 16-byte vectors).
-fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
+pub(super) fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
     let x = into_contiguous(x);
     if x.handle.offset_start.unwrap_or(0) % 16 == 0 {
         x
@@ -93,7 +93,7 @@ fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
     }
 }
 
-fn bytes<R: CubeRuntime>(
+pub(super) fn bytes<R: CubeRuntime>(
     client: &ComputeClient<R>,
     device: &R::Device,
     handle: Handle,
@@ -109,7 +109,7 @@ fn bytes<R: CubeRuntime>(
 
 /// Wraps kernel outputs in a `QuantizedTensor`, with shapes from the format's layout rules.
 /// `groups` is the number of per-tensor values (FP8 scale_inv, amaxes): 1, or one per group.
-fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
+pub(super) fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     client: &ComputeClient<R>,
     device: &R::Device,
     out: QuantizeOutput,
@@ -854,6 +854,55 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         )
         .select_assign(0, chunk_group, partial, IndexingUpdateOp::Add);
         Ok(sums.slice([0..count, 0..cols]).into_primitive().tensor())
+    }
+
+    fn quantize_fp8_current_with_amax(
+        x: FloatTensor<Self>,
+        config: &FormatConfig,
+        amax: &Self::Bytes,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        super::cube_norm_act::quantize_fp8_current_with_amax::<R, F, I, BT>(x, config, amax, usage)
+    }
+
+    fn lowp_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        spec: &super::NormSpec,
+        want_amax: bool,
+    ) -> Result<super::NormForward<FloatTensor<Self>, Self::Bytes>> {
+        super::cube_norm_act::norm_forward::<R, F, I, BT>(x, gamma, beta, spec, want_amax)
+    }
+
+    fn lowp_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        spec: &super::NormSpec,
+        beta: bool,
+    ) -> Result<super::NormBackward<FloatTensor<Self>>> {
+        super::cube_norm_act::norm_backward(dy, x, gamma, mean, rstd, spec, beta)
+    }
+
+    fn lowp_activation_forward(
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        want_amax: bool,
+    ) -> Result<super::ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
+        super::cube_norm_act::activation_forward(h, spec, want_amax)
+    }
+
+    fn lowp_activation_backward(
+        dy: FloatTensor<Self>,
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        want_amax: bool,
+        want_dbias: bool,
+    ) -> Result<super::ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
+        super::cube_norm_act::activation_backward(dy, h, spec, want_amax, want_dbias)
     }
 
     fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {

@@ -13,6 +13,8 @@ use crate::quant::QuantizedTensor;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cube_norm_act;
 #[cfg(feature = "cuda")]
 pub mod cublaslt;
 #[cfg(feature = "cuda")]
@@ -23,10 +25,12 @@ pub mod device;
 pub mod gemm;
 pub mod grouped;
 pub mod host_sync;
+pub mod norm_act;
 
 pub use gemm::{GemmKind, GemmOptions, GemmPath};
 pub use grouped::{GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup};
 pub use host_sync::{host_syncs, HostSyncs};
+pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
 
@@ -158,6 +162,84 @@ pub trait LowpBackend: Backend {
         options: GemmOptions<Self>,
     ) -> Result<FloatTensor<Self>> {
         gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
+    }
+
+    /// FP8 current scaling of `x` with its amax already taken by the producer of `x` (f32 bits
+    /// on the device, e.g. from `lowp_norm_forward`): the quantize skips its amax pass. The
+    /// default quantizes as `lowp_quantize` (the amax is the same by construction).
+    fn quantize_fp8_current_with_amax(
+        x: FloatTensor<Self>,
+        config: &FormatConfig,
+        _amax: &Self::Bytes,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Self>> {
+        Self::lowp_quantize(x, config, usage, false)
+    }
+
+    /// LayerNorm / RMSNorm of the rows of `x [rows, cols]` with `gamma` (and `beta`) `[cols]`
+    /// in x's dtype (`norm_act`). With `want_amax`, backends that can take the amax of `y` in
+    /// the same pass return it.
+    fn lowp_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        spec: &NormSpec,
+        _want_amax: bool,
+    ) -> Result<NormForward<FloatTensor<Self>, Self::Bytes>> {
+        let r = norm_act::norm_forward_reference::<Self>(x, gamma, beta, spec);
+        Ok(NormForward {
+            y: r.y,
+            mean: r.mean,
+            rstd: r.rstd,
+            amax: None,
+        })
+    }
+
+    /// The norm's backward: dx, and f32 dγ and (LayerNorm with `beta`) dβ.
+    #[allow(clippy::too_many_arguments)]
+    fn lowp_norm_backward(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        spec: &NormSpec,
+        beta: bool,
+    ) -> Result<NormBackward<FloatTensor<Self>>> {
+        Ok(norm_act::norm_backward_reference::<Self>(
+            dy, x, gamma, mean, rstd, spec, beta,
+        ))
+    }
+
+    /// The activation of `h [rows, F']`, `[rows, F]` (`F' = 2F` when gated); its amax when
+    /// `want_amax` and the backend fuses it.
+    fn lowp_activation_forward(
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        _want_amax: bool,
+    ) -> Result<ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
+        Ok(ActivationOutput {
+            y: norm_act::activation_forward_reference::<Self>(h, spec),
+            amax: None,
+            dbias: None,
+        })
+    }
+
+    /// The activation's backward: `dh [rows, F']` from `dy [rows, F]` and `h`; its amax when
+    /// `want_amax` and fused; the f32 bias gradient `Σ_rows dh` when `want_dbias`.
+    fn lowp_activation_backward(
+        dy: FloatTensor<Self>,
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        _want_amax: bool,
+        want_dbias: bool,
+    ) -> Result<ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
+        let r = norm_act::activation_backward_reference::<Self>(dy, h, spec, want_dbias);
+        Ok(ActivationOutput {
+            y: r.y,
+            amax: None,
+            dbias: r.dbias,
+        })
     }
 
     /// The path `lowp_gemm` takes for these operands.

@@ -103,36 +103,15 @@ impl LayerNormLinearConfig {
 
 impl<B: LowpLinear> LayerNormLinear<B> {
     /// The normalization alone: `(x - μ) / sqrt(σ² + ε) · γ + β` or `x / sqrt(mean(x²) + ε) · γ`.
-    /// `· γ` and `+ β` are the row-broadcast ops of `ops/row_broadcast.rs`, whose γ and β
-    /// gradients sum over rows at memory speed.
     pub fn normalize<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let last = D - 1;
-        let normalized = match self.normalization {
-            Normalization::LayerNorm => {
-                let centered = x.clone() - x.mean_dim(last);
-                let var = centered.clone().powi_scalar(2).mean_dim(last);
-                centered / (var + self.eps).sqrt()
-            }
-            Normalization::RmsNorm => {
-                x.clone() / (x.powi_scalar(2).mean_dim(last) + self.eps).sqrt()
-            }
-        };
-        let mut gamma = self.norm_weight.val();
-        if self.zero_centered_gamma {
-            gamma = gamma + 1.0;
-        }
-        let dims = normalized.dims();
-        let features = dims[last];
-        let rows = normalized.shape().num_elements() / features;
-        let flat = normalized
-            .reshape([rows, features])
-            .into_primitive()
-            .tensor();
-        let mut y = B::lowp_mul_rows(flat, gamma.into_primitive().tensor());
-        if let Some(beta) = &self.norm_bias {
-            y = B::lowp_add_bias(y, beta.val().into_primitive().tensor());
-        }
-        Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y)).reshape(dims)
+        normalize(
+            x,
+            &self.norm_weight,
+            self.norm_bias.as_ref(),
+            self.eps,
+            self.normalization,
+            self.zero_centered_gamma,
+        )
     }
 
     pub fn end_step(&self) {
@@ -170,4 +149,43 @@ impl<B: LowpLinear> LayerNormLinear<B> {
         )?;
         Ok((y, self.return_layernorm_output.then_some(ln_out)))
     }
+}
+
+/// LayerNorm or RMSNorm over the last dimension as differentiable Burn ops (what
+/// `return_layernorm_output` returns, so its gradient flows back through it). `· γ` and `+ β` are
+/// the row-broadcast ops of `ops/row_broadcast.rs`, whose γ and β gradients sum over rows at
+/// memory speed.
+pub(crate) fn normalize<B: LowpLinear, const D: usize>(
+    x: Tensor<B, D>,
+    norm_weight: &Param<Tensor<B, 1>>,
+    norm_bias: Option<&Param<Tensor<B, 1>>>,
+    eps: f64,
+    normalization: Normalization,
+    zero_centered_gamma: bool,
+) -> Tensor<B, D> {
+    let last = D - 1;
+    let normalized = match normalization {
+        Normalization::LayerNorm => {
+            let centered = x.clone() - x.mean_dim(last);
+            let var = centered.clone().powi_scalar(2).mean_dim(last);
+            centered / (var + eps).sqrt()
+        }
+        Normalization::RmsNorm => x.clone() / (x.powi_scalar(2).mean_dim(last) + eps).sqrt(),
+    };
+    let mut gamma = norm_weight.val();
+    if zero_centered_gamma {
+        gamma = gamma + 1.0;
+    }
+    let dims = normalized.dims();
+    let features = dims[last];
+    let rows = normalized.shape().num_elements() / features;
+    let flat = normalized
+        .reshape([rows, features])
+        .into_primitive()
+        .tensor();
+    let mut y = B::lowp_mul_rows(flat, gamma.into_primitive().tensor());
+    if let Some(beta) = norm_bias {
+        y = B::lowp_add_bias(y, beta.val().into_primitive().tensor());
+    }
+    Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y)).reshape(dims)
 }

@@ -139,12 +139,27 @@ impl<B: LowpLinear> LowpState<B> {
     /// The op of GEMM `gemm`: slots from the module's layout; the weight from the cache when
     /// `is_first_microbatch == Some(false)` and a cached copy exists.
     pub fn linear_op(&self, gemm: usize, is_first_microbatch: Option<bool>) -> LinearOp<B::Quant> {
-        let slots = self.layout.gemms()[gemm];
-        let name = |what: &str| format!("{} {what}", self.layout.name);
         let cached = match is_first_microbatch {
             Some(false) => self.cache.get::<QuantizedTensor<B::Quant>>(),
             _ => None,
         };
+        self.linear_op_with(gemm, cached)
+    }
+
+    /// The op of GEMM `gemm` with its weight from `cached` when given (modules with several
+    /// weights keep their own cache entry), else quantized in the call.
+    pub fn linear_op_with(
+        &self,
+        gemm: usize,
+        cached: Option<QuantizedTensor<B::Quant>>,
+    ) -> LinearOp<B::Quant> {
+        let slots = self.layout.gemms()[gemm];
+        let prefix = if self.layout.kind == crate::recipe::ModuleKind::LayerNormMlp {
+            format!("{} fc{}", self.layout.name, gemm + 1)
+        } else {
+            self.layout.name.clone()
+        };
+        let name = |what: &str| format!("{prefix} {what}");
         let weight = match cached {
             Some(q) => WeightOperand::Cached(q),
             None => {

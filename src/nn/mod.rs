@@ -1,12 +1,15 @@
-//! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `GroupedLinear`.
+//! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `LayerNormMlp`,
+//! `GroupedLinear`.
 
 pub mod grouped_linear;
 pub mod layernorm_linear;
+pub mod layernorm_mlp;
 pub mod linear;
 pub mod lowp_state;
 pub mod weight_cache;
 
 pub use grouped_linear::{GroupedLinear, GroupedLinearConfig};
 pub use layernorm_linear::{LayerNormLinear, LayerNormLinearConfig, Normalization};
+pub use layernorm_mlp::{LayerNormMlp, LayerNormMlpConfig};
 pub use linear::{Linear, LinearConfig};
 pub use lowp_state::LowpState;

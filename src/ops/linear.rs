@@ -80,6 +80,33 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
     }
 }
 
+impl<Q: LowpBackend> OperandQuantizer<Q> {
+    /// Whether this quantizer would use an amax taken by the tensor's producer (FP8 current
+    /// scaling; see `quantize_with_amax`).
+    pub fn takes_amax(&self) -> bool {
+        matches!(self.spec, QuantizerSpec::Fp8Current { .. })
+    }
+
+    /// As `quantize`, with `x`'s amax already on the device when its producer fused it (FP8
+    /// current scaling then skips its amax pass; other quantizers ignore it).
+    pub fn quantize_with_amax(
+        &self,
+        x: FloatTensor<Q>,
+        amax: Option<Q::Bytes>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Q>> {
+        match amax {
+            Some(amax) if self.takes_amax() => Q::quantize_fp8_current_with_amax(
+                x,
+                &self.spec.format_config(Some(self.seed))?,
+                &amax,
+                usage,
+            ),
+            _ => self.quantize(x, usage, false),
+        }
+    }
+}
+
 /// The weight operand: quantize it in this call, or reuse a quantized copy (micro-batch cache).
 #[derive(Clone, Debug)]
 pub enum WeightOperand<Q: LowpBackend> {
@@ -130,6 +157,17 @@ pub trait LowpLinear: Backend {
         op: GroupedLinearOp<Self::Quant>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
 
+    /// The LayerNormMLP op (`ops/layernorm_mlp.rs`); returns the output and both quantized
+    /// weights (for caching).
+    fn lowp_layernorm_mlp(
+        inputs: super::layernorm_mlp::MlpInputs<FloatTensor<Self>>,
+        op: super::layernorm_mlp::MlpOp<Self::Quant>,
+    ) -> Result<(
+        FloatTensor<Self>,
+        QuantizedTensor<Self::Quant>,
+        QuantizedTensor<Self::Quant>,
+    )>;
+
     /// The aligned layout of `tokens` packed tokens split by `m_splits` (an Int tensor on the
     /// device; `LowpBackend::group_layout`). Autodiff's Int tensors are its inner backend's.
     fn lowp_group_layout(
@@ -177,6 +215,39 @@ fn dims(t: &impl TensorMetadata) -> Vec<usize> {
     t.shape().as_slice().to_vec()
 }
 
+/// The weight operand of a GEMM: the cached copy (checked to hold what this call needs) or `w`
+/// quantized rowwise, plus columnwise when dgrad will read it.
+pub(crate) fn quantize_weight<Q: LowpBackend>(
+    weight: &WeightOperand<Q>,
+    w: FloatTensor<Q>,
+    need_columnwise: bool,
+) -> Result<QuantizedTensor<Q>> {
+    let ws = dims(&w);
+    match weight {
+        WeightOperand::Cached(q) => {
+            if q.rowwise.is_none()
+                || (need_columnwise && q.columnwise.is_none())
+                || (q.rows, q.cols) != (ws[0], ws[1])
+            {
+                return Err(LowpError::invalid(
+                    "cached weight",
+                    format!("[{}, {}] {:?}", q.rows, q.cols, q.usage()),
+                    "lacks a representation this call needs",
+                ));
+            }
+            Ok(q.clone())
+        }
+        WeightOperand::Quantize(quantizer) => quantizer.quantize(
+            w,
+            Usage {
+                rowwise: true,
+                columnwise: need_columnwise,
+            },
+            false,
+        ),
+    }
+}
+
 /// Quantizes both operands and runs fprop; `need_dgrad` / `need_wgrad` add the columnwise copies
 /// the backward GEMMs read.
 fn forward<Q: LowpBackend>(
@@ -210,29 +281,7 @@ fn forward<Q: LowpBackend>(
         },
         false,
     )?;
-    let qw = match &op.weight {
-        WeightOperand::Cached(q) => {
-            if q.rowwise.is_none()
-                || (need_dgrad && q.columnwise.is_none())
-                || (q.rows, q.cols) != (ws[0], ws[1])
-            {
-                return Err(LowpError::invalid(
-                    "cached weight",
-                    format!("[{}, {}] {:?}", q.rows, q.cols, q.usage()),
-                    "lacks a representation this call needs",
-                ));
-            }
-            q.clone()
-        }
-        WeightOperand::Quantize(quantizer) => quantizer.quantize(
-            w,
-            Usage {
-                rowwise: true,
-                columnwise: need_dgrad,
-            },
-            false,
-        )?,
-    };
+    let qw = quantize_weight(&op.weight, w, need_dgrad)?;
     let y = Q::lowp_gemm(
         GemmKind::Fprop,
         &qx,
@@ -260,6 +309,9 @@ macro_rules! forward_only_linear {
             }
             fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
                 <Self as LowpBackend>::group_layout(m_splits, tokens)
+            }
+            fn lowp_layernorm_mlp(inputs: super::layernorm_mlp::MlpInputs<FloatTensor<Self>>, op: super::layernorm_mlp::MlpOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>, QuantizedTensor<Self>)> {
+                super::layernorm_mlp::layernorm_mlp_forward_only(inputs, op)
             }
         }
     )*};
@@ -361,6 +413,13 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<B>> {
         B::group_layout(m_splits, tokens)
+    }
+
+    fn lowp_layernorm_mlp(
+        inputs: super::layernorm_mlp::MlpInputs<FloatTensor<Self>>,
+        op: super::layernorm_mlp::MlpOp<B>,
+    ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>, QuantizedTensor<B>)> {
+        super::layernorm_mlp::layernorm_mlp_autodiff::<B, C>(inputs, op)
     }
 
     fn lowp_move_rows(

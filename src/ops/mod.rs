@@ -1,7 +1,9 @@
 //! Differentiable ops whose backward passes run quantized GEMMs.
 
+pub mod activation;
 pub mod grouped_linear;
 pub mod grouped_rows;
+pub mod layernorm_mlp;
 pub mod linear;
 pub mod row_broadcast;
 pub mod row_reduce;
@@ -11,4 +13,6 @@ pub use grouped_linear::{
     PendingWgrad, WgradTarget,
 };
 pub use grouped_rows::RowMove;
+pub use layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
+pub use activation::{Activation, ActivationParams, ActivationSpec};
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

@@ -1,0 +1,184 @@
+//! LayerNormMLP forward + backward on CUDA, printed as JSON lines (`benches/layernorm_mlp_torch.py`
+//! is the PyTorch peer and joins both into ratios).
+//!
+//! `cargo bench --features cuda --bench layernorm_mlp`:
+//! * `mlp_step`: `LayerNormMlp` hidden 4096 -> ffn 16384, 8192 tokens, LayerNorm, bias, BF16
+//!   parameters and activations, gelu and swiglu, forward + backward (x, every parameter) under
+//!   the bf16, current_scaling, delayed_scaling, block_scaling and mxfp8 recipes; weights
+//!   quantized every step (no micro-batch cache). TFLOP/s counts the six GEMMs.
+//! * `mlp_pass`: each norm / activation pass alone on the same shapes (forward with the fused
+//!   amax, backward with amax and dbias), to say how much of a step they take.
+//! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
+//! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
+
+#[path = "common/timing.rs"]
+mod timing;
+use timing::time;
+
+use burn::backend::Autodiff;
+use burn::tensor::{Distribution, Tensor};
+use burn_cubecl::CubeBackend;
+use burn_lowp::backend::{LowpBackend, NormSpec};
+use burn_lowp::nn::LayerNormMlpConfig;
+use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
+use burn_lowp::recipe::Recipe;
+use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_lowp_kernels::cubecl::prelude::*;
+
+type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
+type AD = Autodiff<B>;
+
+fn selected(name: &str) -> bool {
+    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
+}
+
+fn recipe(name: &str) -> Recipe {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    let dir = if dir.is_dir() { dir } else { "recipes".into() };
+    Recipe::load(dir.join(name)).expect("recipe file")
+}
+
+fn main() {
+    if !burn_lowp::backend::device::cuda_available() {
+        eprintln!("layernorm_mlp bench: no CUDA device, nothing to measure");
+        return;
+    }
+    let device = CudaDevice::new(0);
+    let client = CudaRuntime::client(&device);
+    let (tokens, hidden, ffn) = (8192usize, 4096usize, 16384usize);
+    let x_inner = Tensor::<B, 2>::random([tokens, hidden], Distribution::Normal(0.0, 1.0), &device);
+    let x = Tensor::<AD, 2>::from_inner(x_inner.clone()).require_grad();
+
+    for act in [Activation::Gelu, Activation::Swiglu] {
+        let width = if act.is_gated() { 2 * ffn } else { ffn };
+        // The passes alone.
+        let spec = ActivationSpec {
+            activation: act,
+            params: ActivationParams::default(),
+        };
+        let h = Tensor::<B, 2>::random([tokens, width], Distribution::Normal(0.0, 1.0), &device);
+        let da = Tensor::<B, 2>::random([tokens, ffn], Distribution::Normal(0.0, 1.0), &device);
+        let gamma = Tensor::<B, 1>::ones([hidden], &device);
+        let beta = Tensor::<B, 1>::zeros([hidden], &device);
+        let norm = NormSpec {
+            rms: false,
+            eps: 1e-5,
+            zero_centered_gamma: false,
+        };
+        let fwd = B::lowp_norm_forward(
+            x_inner.clone().into_primitive().tensor(),
+            gamma.clone().into_primitive().tensor(),
+            Some(beta.clone().into_primitive().tensor()),
+            &norm,
+            true,
+        )
+        .expect("norm");
+        let (mean, rstd) = (fwd.mean.clone(), fwd.rstd.clone());
+        let passes: Vec<(&str, usize, Box<dyn Fn()>)> = vec![
+            (
+                "norm_forward",
+                2 * tokens * hidden * 2,
+                Box::new(|| {
+                    B::lowp_norm_forward(
+                        x_inner.clone().into_primitive().tensor(),
+                        gamma.clone().into_primitive().tensor(),
+                        Some(beta.clone().into_primitive().tensor()),
+                        &norm,
+                        true,
+                    )
+                    .expect("norm");
+                }),
+            ),
+            (
+                "activation_forward",
+                2 * tokens * (width + ffn),
+                Box::new(|| {
+                    B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
+                        .expect("activation");
+                }),
+            ),
+            (
+                "activation_backward",
+                2 * tokens * (2 * width + ffn),
+                Box::new(|| {
+                    B::lowp_activation_backward(
+                        da.clone().into_primitive().tensor(),
+                        h.clone().into_primitive().tensor(),
+                        &spec,
+                        true,
+                        true,
+                    )
+                    .expect("activation backward");
+                }),
+            ),
+            (
+                "norm_backward",
+                2 * tokens * hidden * 3,
+                Box::new(|| {
+                    B::lowp_norm_backward(
+                        x_inner.clone().into_primitive().tensor(),
+                        x_inner.clone().into_primitive().tensor(),
+                        gamma.clone().into_primitive().tensor(),
+                        mean.clone(),
+                        rstd.clone(),
+                        &norm,
+                        true,
+                    )
+                    .expect("norm backward");
+                }),
+            ),
+        ];
+        for (pass, bytes, f) in &passes {
+            if !selected(&format!("mlp_pass {act} {pass}")) {
+                continue;
+            }
+            let seconds = time(&client, 50, 3, f);
+            println!(
+                "{{\"bench\":\"mlp_pass\",\"activation\":\"{act}\",\"pass\":\"{pass}\",\"time_us\":{:.1},\"gb_per_s\":{:.0}}}",
+                seconds * 1e6,
+                *bytes as f64 / seconds / 1e9
+            );
+        }
+
+        for name in [
+            "bf16",
+            "current_scaling",
+            "delayed_scaling",
+            "block_scaling",
+            "mxfp8",
+        ] {
+            if !selected(&format!("mlp_step {act} {name}")) {
+                continue;
+            }
+            let module = LayerNormMlpConfig::new(hidden, ffn)
+                .with_activation(act)
+                .with_name("mlp".into())
+                .init::<AD>(&recipe(&format!("{name}.json")), &device)
+                .expect("layernorm_mlp");
+            let step = || {
+                let (y, _) = module.forward(x.clone()).expect("forward");
+                let grads = y.backward();
+                let _ = module.fc1_weight.grad(&grads);
+                module.end_step();
+            };
+            // A failing recipe reports itself and the others still run.
+            let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                time(&client, 10, 3, step)
+            })) {
+                Ok(seconds) => seconds,
+                Err(_) => {
+                    println!(
+                        "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"error\":\"panicked\"}}"
+                    );
+                    continue;
+                }
+            };
+            let flops = 3.0 * 2.0 * (tokens * hidden * (width + ffn)) as f64;
+            println!(
+                "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"tokens\":{tokens},\"hidden\":{hidden},\"ffn\":{ffn},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+                seconds * 1e6,
+                flops / seconds / 1e12
+            );
+        }
+    }
+}

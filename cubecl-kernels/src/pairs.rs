@@ -1,0 +1,99 @@
+//! Element pairs in raw 32-bit words: the LayerNormMLP kernels (`norm`, `activation`) and the
+//! NVFP4 amax read and write their tensors two elements at a time, one word of f16/bf16 or two
+//! words of f32, so one kernel serves every dtype on every runtime (wgpu has no bf16 type) and
+//! 16-bit stores are whole words. Stores round to nearest-even, as a cast to the dtype does.
+
+use crate::codec::{f16_bits_to_f32, shift_right_rne, ElemKind};
+use cubecl::prelude::*;
+
+/// Elements `index` and `index + 1` (`index` even) of the raw words.
+#[cube]
+pub fn load_pair(input: &Array<u32>, index: usize, #[comptime] kind: ElemKind) -> (f32, f32) {
+    match kind {
+        ElemKind::F32 => (
+            f32::reinterpret(input[index]),
+            f32::reinterpret(input[index + 1]),
+        ),
+        ElemKind::BF16 => {
+            let w = input[index / 2];
+            (
+                f32::reinterpret(w << 16u32),
+                f32::reinterpret(w & 0xFFFF_0000u32),
+            )
+        }
+        ElemKind::F16 => {
+            let w = input[index / 2];
+            (f16_bits_to_f32(w & 0xFFFFu32), f16_bits_to_f32(w >> 16u32))
+        }
+    }
+}
+
+/// bf16 bits of `x`, rounded to nearest-even (NaN stays a quiet NaN).
+#[cube]
+pub fn f32_to_bf16_bits(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let mut out = (bits + 0x7FFFu32 + ((bits >> 16u32) & 1u32)) >> 16u32;
+    if (bits & 0x7FFF_FFFFu32) > 0x7F80_0000u32 {
+        out = (bits >> 16u32) | 0x40u32;
+    }
+    out
+}
+
+/// f16 bits of `x`, rounded to nearest-even: overflow to infinity, subnormals counted in quanta
+/// of 2^-24, NaN a quiet NaN.
+#[cube]
+pub fn f32_to_f16_bits(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let sign = (bits >> 16u32) & 0x8000u32;
+    let abs = bits & 0x7FFF_FFFFu32;
+    let exponent = abs >> 23u32;
+    let mut out = 0u32;
+    if abs > 0x7F80_0000u32 {
+        out = 0x7E00u32;
+    } else if abs >= 0x477F_F000u32 {
+        // 65520 and up round to infinity.
+        out = 0x7C00u32;
+    } else if abs >= 0x3880_0000u32 {
+        // Normal f16 (2^-14 and up): rebias the exponent (127 -> 15) and round off 13 bits; a
+        // carry out of the mantissa correctly bumps the exponent.
+        out = shift_right_rne(abs - 0x3800_0000u32, 13u32);
+    } else if exponent != 0u32 {
+        // Subnormal f16: the value sig * 2^(e - 150) in quanta of 2^-24 is sig >> (126 - e).
+        let significand = (abs & 0x7F_FFFFu32) | 0x80_0000u32;
+        out = shift_right_rne(significand, 126u32 - exponent);
+    }
+    sign | out
+}
+
+/// `x` rounded to `kind` (the value a store keeps), as f32.
+#[cube]
+pub fn round_to(x: f32, #[comptime] kind: ElemKind) -> f32 {
+    match kind {
+        ElemKind::F32 => x,
+        ElemKind::BF16 => f32::reinterpret(f32_to_bf16_bits(x) << 16u32),
+        ElemKind::F16 => f16_bits_to_f32(f32_to_f16_bits(x)),
+    }
+}
+
+/// Stores `a`, `b` as elements `index`, `index + 1` (`index` even), rounded to `kind`.
+#[cube]
+pub fn store_pair(
+    output: &mut Array<u32>,
+    index: usize,
+    a: f32,
+    b: f32,
+    #[comptime] kind: ElemKind,
+) {
+    match kind {
+        ElemKind::F32 => {
+            output[index] = u32::reinterpret(a);
+            output[index + 1] = u32::reinterpret(b);
+        }
+        ElemKind::BF16 => {
+            output[index / 2] = f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16u32);
+        }
+        ElemKind::F16 => {
+            output[index / 2] = f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16u32);
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! `LowpBackend`'s norm and activation passes on `CubeBackend` (`norm_act`), through the kernels
+//! of `burn_lowp_kernels::{norm, activation}`, and the FP8 current-scaling quantize that takes
+//! their fused amax.
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, TensorMetadata};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_lowp_kernels as kernels;
+use kernels::activation::ActivationConfig;
+use kernels::norm::{NormConfig, WordMatrix};
+use kernels::scale::ScaleRule;
+
+use super::cube::{bytes, elem_kind, fp8_kind, kernel_error, prepare, wrap, CubeBytes};
+use super::norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
+use super::matrix_dims;
+use crate::error::{LowpError, Result};
+use crate::format::{check_shape, FormatConfig, Usage};
+use crate::ops::activation::ActivationSpec;
+use crate::quant::QuantizedTensor;
+
+type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+
+fn matrix<R: CubeRuntime>(t: &CubeTensor<R>, what: &str) -> Result<(usize, usize)> {
+    let dims = t.shape().as_slice().to_vec();
+    if dims.len() != 2 {
+        return Err(LowpError::shape(
+            what,
+            format!("{dims:?}"),
+            "the LayerNormMLP passes take [rows, cols] matrices",
+        ));
+    }
+    Ok((dims[0], dims[1]))
+}
+
+fn same_dtype<R: CubeRuntime>(t: &CubeTensor<R>, dtype: DType, what: &str) -> Result<()> {
+    if t.dtype != dtype {
+        return Err(LowpError::Dtype {
+            tensor: what.to_string(),
+            dtype: format!("{:?}", t.dtype),
+            supported: format!("the input's dtype {dtype:?}"),
+        });
+    }
+    Ok(())
+}
+
+fn f32_tensor<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    handle: kernels::cubecl::server::Handle,
+    shape: Vec<usize>,
+) -> CubeTensor<R> {
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape),
+        handle,
+        DType::F32,
+    )
+}
+
+fn like<R: CubeRuntime>(
+    t: &CubeTensor<R>,
+    handle: kernels::cubecl::server::Handle,
+    shape: [usize; 2],
+) -> CubeTensor<R> {
+    CubeTensor::new_contiguous(
+        t.client.clone(),
+        t.device.clone(),
+        Shape::new(shape),
+        handle,
+        t.dtype,
+    )
+}
+
+fn norm_config(spec: &NormSpec, kind: kernels::ElemKind, beta: bool, amax: bool) -> NormConfig {
+    NormConfig {
+        kind,
+        rms: spec.rms,
+        zero_centered_gamma: spec.zero_centered_gamma,
+        beta: beta && !spec.rms,
+        amax,
+    }
+}
+
+pub(super) fn norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    x: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    beta: Option<CubeTensor<R>>,
+    spec: &NormSpec,
+    want_amax: bool,
+) -> Result<NormForward<FloatTensor<Cube<R, F, I, BT>>, CubeBytes<R>>> {
+    let (rows, cols) = matrix(&x, "norm input")?;
+    let kind = elem_kind(x.dtype, "norm input")?;
+    same_dtype(&gamma, x.dtype, "norm weight")?;
+    if let Some(b) = &beta {
+        same_dtype(b, x.dtype, "norm bias")?;
+    }
+    let x = prepare(x);
+    let gamma = prepare(gamma);
+    let beta = beta.map(prepare);
+    let client = x.client.clone();
+    let out = kernels::norm::norm_forward(
+        &client,
+        WordMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        },
+        &gamma.handle,
+        beta.as_ref().map(|b| &b.handle),
+        spec.eps as f32,
+        norm_config(spec, kind, beta.is_some(), want_amax),
+    )
+    .map_err(kernel_error("norm input"))?;
+    Ok(NormForward {
+        y: like(&x, out.y, [rows, cols]),
+        mean: f32_tensor(&x, out.mean, vec![rows]),
+        rstd: f32_tensor(&x, out.rstd, vec![rows]),
+        amax: out.amax.map(|a| bytes(&client, &x.device, a, 4)),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn norm_backward<R: CubeRuntime>(
+    dy: CubeTensor<R>,
+    x: CubeTensor<R>,
+    gamma: CubeTensor<R>,
+    mean: CubeTensor<R>,
+    rstd: CubeTensor<R>,
+    spec: &NormSpec,
+    beta: bool,
+) -> Result<NormBackward<CubeTensor<R>>> {
+    let (rows, cols) = matrix(&dy, "norm grad_output")?;
+    let kind = elem_kind(dy.dtype, "norm grad_output")?;
+    same_dtype(&x, dy.dtype, "norm input")?;
+    same_dtype(&gamma, dy.dtype, "norm weight")?;
+    let (dy, x, gamma, mean, rstd) = (
+        prepare(dy),
+        prepare(x),
+        prepare(gamma),
+        prepare(mean),
+        prepare(rstd),
+    );
+    let client = dy.client.clone();
+    let out = kernels::norm::norm_backward(
+        &client,
+        WordMatrix {
+            handle: &dy.handle,
+            rows,
+            cols,
+            kind,
+        },
+        &x.handle,
+        &gamma.handle,
+        &mean.handle,
+        &rstd.handle,
+        norm_config(spec, kind, beta, false),
+    )
+    .map_err(kernel_error("norm grad_output"))?;
+    Ok(NormBackward {
+        dx: like(&dy, out.dx, [rows, cols]),
+        dgamma: f32_tensor(&dy, out.dgamma, vec![cols]),
+        dbeta: out.dbeta.map(|h| f32_tensor(&dy, h, vec![cols])),
+    })
+}
+
+fn activation_config(
+    spec: &ActivationSpec,
+    kind: kernels::ElemKind,
+    amax: bool,
+    dbias: bool,
+) -> ActivationConfig {
+    ActivationConfig {
+        kind,
+        act: spec.activation.function(),
+        gated: spec.activation.is_gated(),
+        clamped_gate: spec.activation == crate::ops::activation::Activation::ClampedSwiglu,
+        amax,
+        dbias,
+    }
+}
+
+pub(super) fn activation_forward<R: CubeRuntime>(
+    h: CubeTensor<R>,
+    spec: &ActivationSpec,
+    want_amax: bool,
+) -> Result<ActivationOutput<CubeTensor<R>, CubeBytes<R>>> {
+    let (rows, cols) = matrix(&h, "activation input")?;
+    let kind = elem_kind(h.dtype, "activation input")?;
+    let h = prepare(h);
+    let client = h.client.clone();
+    let (y, amax) = kernels::activation::activation_forward(
+        &client,
+        WordMatrix {
+            handle: &h.handle,
+            rows,
+            cols,
+            kind,
+        },
+        spec.kernel_params(),
+        activation_config(spec, kind, want_amax, false),
+    )
+    .map_err(kernel_error("activation input"))?;
+    let out_cols = if spec.activation.is_gated() { cols / 2 } else { cols };
+    Ok(ActivationOutput {
+        y: like(&h, y, [rows, out_cols]),
+        amax: amax.map(|a| bytes(&client, &h.device, a, 4)),
+        dbias: None,
+    })
+}
+
+pub(super) fn activation_backward<R: CubeRuntime>(
+    dy: CubeTensor<R>,
+    h: CubeTensor<R>,
+    spec: &ActivationSpec,
+    want_amax: bool,
+    want_dbias: bool,
+) -> Result<ActivationOutput<CubeTensor<R>, CubeBytes<R>>> {
+    let (rows, cols) = matrix(&dy, "activation grad_output")?;
+    let kind = elem_kind(dy.dtype, "activation grad_output")?;
+    same_dtype(&h, dy.dtype, "activation input")?;
+    let (h_rows, h_cols) = matrix(&h, "activation input")?;
+    let expected = if spec.activation.is_gated() { 2 * cols } else { cols };
+    if h_rows != rows || h_cols != expected {
+        return Err(LowpError::shape(
+            "activation input",
+            format!("[{h_rows}, {h_cols}]"),
+            format!("must be [{rows}, {expected}] for a grad_output [{rows}, {cols}] of {}", spec.activation),
+        ));
+    }
+    let (dy, h) = (prepare(dy), prepare(h));
+    let client = dy.client.clone();
+    let out = kernels::activation::activation_backward(
+        &client,
+        WordMatrix {
+            handle: &dy.handle,
+            rows,
+            cols,
+            kind,
+        },
+        &h.handle,
+        spec.kernel_params(),
+        activation_config(spec, kind, want_amax, want_dbias),
+    )
+    .map_err(kernel_error("activation grad_output"))?;
+    Ok(ActivationOutput {
+        y: like(&dy, out.dh, [rows, h_cols]),
+        amax: out.amax.map(|a| bytes(&client, &dy.device, a, 4)),
+        dbias: out.dbias.map(|d| f32_tensor(&dy, d, vec![h_cols])),
+    })
+}
+
+pub(super) fn quantize_fp8_current_with_amax<
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+>(
+    x: CubeTensor<R>,
+    config: &FormatConfig,
+    amax: &CubeBytes<R>,
+    usage: Usage,
+) -> Result<QuantizedTensor<Cube<R, F, I, BT>>> {
+    let FormatConfig::Fp8Current(c) = config else {
+        return <Cube<R, F, I, BT> as super::LowpBackend>::lowp_quantize(x, config, usage, false);
+    };
+    let (rows, cols) = matrix_dims(x.shape().as_slice());
+    let format = config.format();
+    check_shape("input", rows, cols, &format)?;
+    let kind = elem_kind(x.dtype, "input")?;
+    let x = prepare(x);
+    let client = x.client.clone();
+    let device = x.device.clone();
+    let rule = ScaleRule {
+        fp8: fp8_kind(c.fp8),
+        pow2: c.pow2_scales,
+        epsilon_bits: c.amax_epsilon.to_bits(),
+        value_for_inf_bits: f32::MAX.to_bits(),
+    };
+    let out = kernels::quantize_fp8_tensor(
+        &client,
+        kernels::InputMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        },
+        rule.fp8,
+        kernels::TensorScaling::CurrentFromAmax {
+            rule,
+            amax: &amax.handle,
+        },
+        kernels::Directions {
+            rowwise: usage.rowwise,
+            columnwise: usage.columnwise,
+        },
+        None,
+    )
+    .map_err(kernel_error("input"))?;
+    Ok(wrap(&client, &device, out, format, (rows, cols), false, 1))
+}

@@ -1,0 +1,359 @@
+//! LayerNormMLP's norm and activation passes (`LowpBackend::lowp_norm_*`, `lowp_activation_*`)
+//! on every backend: against f64 references of TE's formulas (within the dtype's rounding plus f32
+//! arithmetic and the runtime's exp/tanh), their fused amax exactly equal to the host's
+//! `max |y|` of what they stored, and the FP8 current-scaling quantize fed that amax bit-equal
+//! to the unfused quantize (its own amax pass) of the same tensor.
+#![allow(dead_code)]
+
+use burn::tensor::ops::FloatTensor;
+use burn_lowp::backend::{LowpBackend, NormSpec};
+use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, HostMatrix, InputDtype, Usage};
+use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
+
+use crate::common::{read_f32, SplitMix};
+use crate::suite::assert_bit_equal;
+
+fn matrix(rows: usize, cols: usize, dtype: InputDtype, mean: f64, std: f64, seed: u64) -> HostMatrix {
+    let mut rng = SplitMix(seed);
+    let values = (0..rows * cols)
+        .map(|_| dtype.round((mean + std * rng.normal()) as f32))
+        .collect();
+    HostMatrix::new("input", rows, cols, dtype, values).unwrap()
+}
+
+/// Relative rounding bound of a store in `dtype` (one unit in the last place).
+fn ulp(dtype: InputDtype) -> f64 {
+    match dtype {
+        InputDtype::F32 => 2f64.powi(-22),
+        InputDtype::F16 => 2f64.powi(-10),
+        InputDtype::BF16 => 2f64.powi(-7),
+    }
+}
+
+/// `|got - want| <= ulp · |want| + atol · max |want|` everywhere.
+fn assert_close(got: &[f32], want: &[f64], dtype: InputDtype, atol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (*g as f64 - w).abs();
+        assert!(
+            err <= ulp(dtype) * w.abs() + atol * scale,
+            "{what}[{i}]: {g} vs {w} (err {err:.3e}, scale {scale:.3e})"
+        );
+    }
+}
+
+fn host_amax(values: &[f32]) -> f32 {
+    values.iter().fold(0.0f32, |m, v| if v.abs() > m { v.abs() } else { m })
+}
+
+fn upload<B: LowpBackend>(m: &HostMatrix, device: &B::Device) -> FloatTensor<B> {
+    B::float_from_host(m, device)
+}
+
+fn vector<B: LowpBackend>(values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
+    let m = HostMatrix::new("param", 1, values.len(), dtype, values).unwrap();
+    let t = B::float_from_host(&m, device);
+    B::float_reshape(t, burn::tensor::Shape::new([m.cols]))
+}
+
+/// The fused amax (where the backend fuses it) equals the host's, and quantizing with it equals
+/// the plain current-scaling quantize bit for bit.
+fn check_amax_twin<B: LowpBackend>(
+    y: FloatTensor<B>,
+    amax: Option<B::Bytes>,
+    stored: &[f32],
+    context: &str,
+) -> bool {
+    let Some(amax) = amax else { return false };
+    let bits = B::bytes_to_host(&amax);
+    let fused = f32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
+    assert_eq!(fused.to_bits(), host_amax(stored).to_bits(), "{context}: fused amax");
+    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+    let usage = Usage {
+        rowwise: true,
+        columnwise: true,
+    };
+    let twin = B::lowp_quantize(y.clone(), &config, usage, false).unwrap();
+    let fused_q = B::quantize_fp8_current_with_amax(y, &config, &amax, usage).unwrap();
+    assert_bit_equal(
+        &fused_q.to_host().unwrap(),
+        &twin.to_host().unwrap(),
+        &format!("{context}: quantize with the fused amax"),
+    );
+    true
+}
+
+/// Shapes: a row shorter than one cube, and rows longer than one cube's pairs (3 cubes across,
+/// a partial row block); both multiples of 16 for the FP8 twin.
+const SHAPES: [(usize, usize); 2] = [(96, 160), (144, 1056)];
+
+pub fn check_norm_forward<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let mut fused = 0;
+    for &dtype in dtypes {
+        for (rows, cols) in SHAPES {
+            for (rms, zero_centered, with_beta) in
+                [(false, false, true), (true, false, false), (false, true, false), (true, true, false)]
+            {
+                let seed = (rows * cols) as u64 + rms as u64 * 7 + zero_centered as u64 * 13;
+                let x = matrix(rows, cols, dtype, 0.7, 2.5, seed);
+                let gamma = matrix(1, cols, dtype, if zero_centered { 0.0 } else { 1.0 }, 0.3, seed + 1);
+                let beta = matrix(1, cols, dtype, 0.0, 0.5, seed + 2);
+                let spec = NormSpec {
+                    rms,
+                    eps: 1e-5,
+                    zero_centered_gamma: zero_centered,
+                };
+                let out = B::lowp_norm_forward(
+                    upload::<B>(&x, device),
+                    vector::<B>(gamma.values.clone(), dtype, device),
+                    with_beta.then(|| vector::<B>(beta.values.clone(), dtype, device)),
+                    &spec,
+                    true,
+                )
+                .unwrap();
+                let context = format!("norm rms={rms} zc={zero_centered} {} [{rows}, {cols}]", dtype.name());
+                let y = read_f32::<B>(out.y.clone());
+                let mean = read_f32::<B>(out.mean);
+                let rstd = read_f32::<B>(out.rstd);
+                let mut want = Vec::with_capacity(rows * cols);
+                for r in 0..rows {
+                    let row: Vec<f64> = x.values[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).collect();
+                    let m = if rms { 0.0 } else { row.iter().sum::<f64>() / cols as f64 };
+                    let var = row.iter().map(|v| (v - m).powi(2)).sum::<f64>() / cols as f64;
+                    let rs = 1.0 / (var + 1e-5).sqrt();
+                    assert!((mean[r] as f64 - m).abs() <= 1e-5 * (1.0 + m.abs()), "{context}: mean[{r}]");
+                    assert!((rstd[r] as f64 - rs).abs() <= 1e-5 * rs, "{context}: rstd[{r}]");
+                    for c in 0..cols {
+                        let g = gamma.values[c] as f64 + if zero_centered { 1.0 } else { 0.0 };
+                        let b = if with_beta { beta.values[c] as f64 } else { 0.0 };
+                        want.push((row[c] - m) * rs * g + b);
+                    }
+                }
+                assert_close(&y, &want, dtype, 1e-5, &context);
+                fused += check_amax_twin::<B>(out.y, out.amax, &y, &context) as usize;
+            }
+        }
+    }
+    println!("norm forward within bounds; {fused} fused amaxes and quantizes bit-exact");
+}
+
+pub fn check_norm_backward<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    for &dtype in dtypes {
+        for (rows, cols) in SHAPES {
+            for (rms, zero_centered) in [(false, false), (true, true)] {
+                let seed = 31 + (rows + cols) as u64 + rms as u64;
+                let x = matrix(rows, cols, dtype, -0.4, 1.5, seed);
+                let dy = matrix(rows, cols, dtype, 0.0, 1.0, seed + 1);
+                let gamma = matrix(1, cols, dtype, if zero_centered { 0.0 } else { 1.0 }, 0.3, seed + 2);
+                let spec = NormSpec {
+                    rms,
+                    eps: 1e-5,
+                    zero_centered_gamma: zero_centered,
+                };
+                let g = vector::<B>(gamma.values.clone(), dtype, device);
+                let fwd = B::lowp_norm_forward(upload::<B>(&x, device), g.clone(), None, &spec, false).unwrap();
+                let out = B::lowp_norm_backward(
+                    upload::<B>(&dy, device),
+                    upload::<B>(&x, device),
+                    g,
+                    fwd.mean,
+                    fwd.rstd,
+                    &spec,
+                    !rms,
+                )
+                .unwrap();
+                let context = format!("norm backward rms={rms} {} [{rows}, {cols}]", dtype.name());
+                let (mut dx, mut dgamma, mut dbeta) = (Vec::new(), vec![0.0f64; cols], vec![0.0f64; cols]);
+                for r in 0..rows {
+                    let row: Vec<f64> = x.values[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).collect();
+                    let d: Vec<f64> = dy.values[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).collect();
+                    let m = if rms { 0.0 } else { row.iter().sum::<f64>() / cols as f64 };
+                    let var = row.iter().map(|v| (v - m).powi(2)).sum::<f64>() / cols as f64;
+                    let rs = 1.0 / (var + 1e-5).sqrt();
+                    let xhat: Vec<f64> = row.iter().map(|v| (v - m) * rs).collect();
+                    let gy: Vec<f64> = (0..cols)
+                        .map(|c| d[c] * (gamma.values[c] as f64 + if zero_centered { 1.0 } else { 0.0 }))
+                        .collect();
+                    let c1 = (0..cols).map(|c| gy[c] * xhat[c]).sum::<f64>() / cols as f64;
+                    let c2 = if rms { 0.0 } else { gy.iter().sum::<f64>() / cols as f64 };
+                    for c in 0..cols {
+                        dx.push((gy[c] - xhat[c] * c1 - c2) * rs);
+                        dgamma[c] += d[c] * xhat[c];
+                        dbeta[c] += d[c];
+                    }
+                }
+                assert_close(&read_f32::<B>(out.dx), &dx, dtype, 1e-4, &format!("{context}: dx"));
+                assert_close(&read_f32::<B>(out.dgamma), &dgamma, InputDtype::F32, 1e-4, &format!("{context}: dgamma"));
+                match out.dbeta {
+                    Some(db) => assert_close(&read_f32::<B>(db), &dbeta, InputDtype::F32, 1e-4, &format!("{context}: dbeta")),
+                    None => assert!(rms, "{context}: LayerNorm with β returns dβ"),
+                }
+            }
+        }
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// TE's formulas (spec section 10) in f64: `act(x)` and `act'(x)` of the (first-half) function.
+fn act_f64(act: Activation, p: &ActivationParams, x: f64) -> (f64, f64) {
+    let alpha = p.alpha as f64;
+    let limit = p.limit as f64;
+    match act {
+        Activation::Gelu | Activation::Geglu => {
+            let k = 0.7978845608028654;
+            let t = (k * (x + 0.044715 * x.powi(3))).tanh();
+            (0.5 * x * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x))
+        }
+        Activation::Qgelu | Activation::Qgeglu => {
+            let s = sigmoid(1.702 * x);
+            (x * s, s + 1.702 * x * s * (1.0 - s))
+        }
+        Activation::Silu | Activation::Swiglu => {
+            let s = sigmoid(x);
+            (x * s, s + x * s * (1.0 - s))
+        }
+        Activation::Relu | Activation::Reglu => (x.max(0.0), if x > 0.0 { 1.0 } else { 0.0 }),
+        Activation::Srelu | Activation::Sreglu => {
+            if x > 0.0 {
+                (x * x, 2.0 * x)
+            } else {
+                (0.0, 0.0)
+            }
+        }
+        Activation::Glu => {
+            let s = sigmoid(x);
+            (s, s * (1.0 - s))
+        }
+        Activation::ClampedSwiglu => {
+            let c = x.min(limit);
+            let s = sigmoid(alpha * c);
+            (c * s, if x <= limit { s + alpha * c * s * (1.0 - s) } else { 0.0 })
+        }
+    }
+}
+
+/// The gate factor and its derivative.
+fn gate_f64(act: Activation, p: &ActivationParams, g: f64) -> (f64, f64) {
+    if act == Activation::ClampedSwiglu {
+        let limit = p.limit as f64;
+        (
+            g.clamp(-limit, limit) + p.glu_linear_offset as f64,
+            if g.abs() <= limit { 1.0 } else { 0.0 },
+        )
+    } else {
+        (g, 1.0)
+    }
+}
+
+pub fn check_activations<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let params = ActivationParams {
+        limit: 3.0,
+        ..Default::default()
+    };
+    let mut fused = 0;
+    for &dtype in dtypes {
+        for act in Activation::ALL {
+            for (rows, f) in SHAPES {
+                let spec = ActivationSpec { activation: act, params };
+                let width = if act.is_gated() { 2 * f } else { f };
+                let seed = 101 + (rows * f) as u64 + act as u64;
+                let h = matrix(rows, width, dtype, 0.0, 2.5, seed);
+                let dy = matrix(rows, f, dtype, 0.0, 1.0, seed + 1);
+                let context = format!("{act} {} [{rows}, {width}]", dtype.name());
+                let fwd = B::lowp_activation_forward(upload::<B>(&h, device), &spec, true).unwrap();
+                let y = read_f32::<B>(fwd.y.clone());
+                let bwd = B::lowp_activation_backward(
+                    upload::<B>(&dy, device),
+                    upload::<B>(&h, device),
+                    &spec,
+                    true,
+                    true,
+                )
+                .unwrap();
+                let dh = read_f32::<B>(bwd.y.clone());
+                let (mut want_y, mut want_dh) = (Vec::new(), vec![0.0f64; rows * width]);
+                for r in 0..rows {
+                    for c in 0..f {
+                        let x = h.values[r * width + c] as f64;
+                        let d = dy.values[r * f + c] as f64;
+                        let (a, da) = act_f64(act, &params, x);
+                        if act.is_gated() {
+                            let (g, dg) = gate_f64(act, &params, h.values[r * width + f + c] as f64);
+                            want_y.push(a * g);
+                            want_dh[r * width + c] = d * g * da;
+                            want_dh[r * width + f + c] = d * a * dg;
+                        } else {
+                            want_y.push(a);
+                            want_dh[r * width + c] = d * da;
+                        }
+                    }
+                }
+                // exp and tanh in f32 (a few ulps on lavapipe) and TE's rounded constants.
+                assert_close(&y, &want_y, dtype, 2e-5, &format!("{context}: forward"));
+                assert_close(&dh, &want_dh, dtype, 2e-5, &format!("{context}: backward"));
+                // dbias sums the stored dh (f32, another order than this host sum).
+                let dbias = read_f32::<B>(bwd.dbias.expect("dbias asked for"));
+                let want_db: Vec<f64> = (0..width)
+                    .map(|c| (0..rows).map(|r| dh[r * width + c] as f64).sum())
+                    .collect();
+                assert_close(&dbias, &want_db, InputDtype::F32, 1e-5, &format!("{context}: dbias"));
+                fused += check_amax_twin::<B>(fwd.y, fwd.amax, &y, &format!("{context}: forward")) as usize;
+                fused += check_amax_twin::<B>(bwd.y, bwd.amax, &dh, &format!("{context}: backward")) as usize;
+            }
+        }
+    }
+    println!("12 activations within bounds; {fused} fused amaxes and quantizes bit-exact");
+}
+
+/// Shapes the pair kernels cannot take are errors, not panics.
+pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bool) {
+    let x = matrix(4, 7, InputDtype::F32, 0.0, 1.0, 5);
+    let spec = ActivationSpec {
+        activation: Activation::Swiglu,
+        params: ActivationParams::default(),
+    };
+    if !kernels {
+        return; // NdArray's Burn-op reference takes any width.
+    }
+    let e = B::lowp_activation_forward(upload::<B>(&x, device), &spec, false).err().expect("odd width refused");
+    assert!(e.to_string().contains("even"), "{e}");
+    let e = B::lowp_norm_forward(
+        upload::<B>(&x, device),
+        vector::<B>(vec![1.0; 7], InputDtype::F32, device),
+        None,
+        &NormSpec { rms: true, eps: 1e-5, zero_centered_gamma: false },
+        false,
+    )
+    .err()
+    .expect("odd width refused");
+    assert!(e.to_string().contains("even"), "{e}");
+}
+
+macro_rules! norm_act_suite {
+    ($backend:ty, $device:expr, [$($dtype:expr),*], $kernels:expr) => {
+        #[test]
+        fn norm_forward_matches_f64_and_its_fused_amax_quantizes_like_the_unfused_twin() {
+            if let Some(d) = $device { crate::norm_act::check_norm_forward::<$backend>(&d, &[$($dtype),*]); }
+        }
+
+        #[test]
+        fn norm_backward_matches_f64() {
+            if let Some(d) = $device { crate::norm_act::check_norm_backward::<$backend>(&d, &[$($dtype),*]); }
+        }
+
+        #[test]
+        fn activations_match_f64_and_their_fused_amax_quantizes_like_the_unfused_twin() {
+            if let Some(d) = $device { crate::norm_act::check_activations::<$backend>(&d, &[$($dtype),*]); }
+        }
+
+        #[test]
+        fn norm_and_activation_bad_shapes_are_errors() {
+            if let Some(d) = $device { crate::norm_act::check_norm_act_bad_shapes::<$backend>(&d, $kernels); }
+        }
+    };
+}
+pub(crate) use norm_act_suite;
