@@ -187,15 +187,21 @@ fn errors_against_plain<B: LowpBackend>(
 
 /// Under the `bf16` recipe the module is the plain block: on NdArray (f32, identity quantizers)
 /// within f32 rounding (the norm and activation sum and multiply in another order than Burn's
-/// ops), on CUDA within BF16 rounding of the GEMM operands. Every activation, both norms,
+/// ops), on CUDA within BF16 rounding of the GEMM operands (2^-9 relative per operand; dx passes
+/// four such GEMMs, so 3e-2 where a single Linear's bound is 8e-3). Activations whose derivative
+/// jumps (relu, reglu at 0; clamped_swiglu at ±limit, here 0.5) get 0.15 on CUDA: BF16 rounding
+/// of fc1's operands moves some pre-activations across the jump, which flips their gradient
+/// (measured on the H100: up to 5.0e-2 for relu, 1.04e-1 for clamped_swiglu). Every activation, both norms,
 /// zero-centered γ, with and without biases.
 pub fn check_bf16_recipe_matches_plain_burn<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
-    let bound = match exactness {
-        Exactness::Reference => 1e-5,
-        Exactness::Gpu => 1.5e-2,
-    };
     let mut failures = Vec::new();
     for (i, act) in Activation::ALL.into_iter().enumerate() {
+        let jumps = matches!(act, Activation::Relu | Activation::Reglu | Activation::ClampedSwiglu);
+        let bound = match (exactness, jumps) {
+            (Exactness::Reference, _) => 1e-5,
+            (Exactness::Gpu, false) => 3e-2,
+            (Exactness::Gpu, true) => 0.15,
+        };
         let (normalization, zero_centered, bias) = match i % 3 {
             0 => (Normalization::LayerNorm, false, true),
             1 => (Normalization::RmsNorm, true, true),
@@ -219,7 +225,7 @@ pub fn check_bf16_recipe_matches_plain_burn<B: LowpBackend>(device: &B::Device, 
         let dy = Tensor::<B, 2>::random([80, 64], Distribution::Normal(0.0, 1.0), device);
         for (what, e) in errors_against_plain::<B>(&m, x, dy) {
             if !(e <= bound) {
-                failures.push(format!("{act} {normalization:?}: {what} {e:.2e} (bound {bound:.0e})"));
+                failures.push(format!("{act} {normalization:?}: {what} {e:.2e} (bound {bound})"));
             }
         }
     }
@@ -263,7 +269,7 @@ pub fn check_gradients_under_every_recipe<B: LowpBackend>(device: &B::Device, ex
             } else if name == "bf16.json" {
                 match exactness {
                     Exactness::Reference => 1e-5,
-                    Exactness::Gpu => 1.5e-2,
+                    Exactness::Gpu => 3e-2,
                 }
             } else {
                 0.16
