@@ -273,6 +273,84 @@ fn read_later<R: CubeRuntime>(
     unsafe { std::mem::transmute(future as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>>) }
 }
 
+/// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
+/// producer), FP8 current scaling skips its amax pass (`quantize_fp8_current_with_amax`); other
+/// formats have no use for it.
+fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
+    x: CubeTensor<R>,
+    config: &FormatConfig,
+    usage: Usage,
+    optimize_for_gemm: bool,
+    amax: Option<&CubeBytes<R>>,
+) -> Result<QuantizedTensor<B>> {
+    let (rows, cols) = matrix_dims(&x.shape().as_slice());
+    let format = config.format();
+    check_shape("input", rows, cols, &format)?;
+    let kind = elem_kind(x.dtype, "input")?;
+    let x = prepare(x);
+    let client = x.client.clone();
+    let device = x.device.clone();
+    let input = InputMatrix {
+        handle: &x.handle,
+        rows,
+        cols,
+        kind,
+    };
+    let directions = Directions {
+        rowwise: usage.rowwise,
+        columnwise: usage.columnwise,
+    };
+    let swizzled =
+        optimize_for_gemm && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Nvfp4(_));
+    let out = match config {
+        FormatConfig::Fp8Current(c) => {
+            let rule = ScaleRule {
+                fp8: fp8_kind(c.fp8),
+                pow2: c.pow2_scales,
+                epsilon_bits: c.amax_epsilon.to_bits(),
+                value_for_inf_bits: f32::MAX.to_bits(),
+            };
+            let scaling = match amax {
+                Some(amax) => kernels::TensorScaling::CurrentFromAmax {
+                    rule,
+                    amax: &amax.handle,
+                },
+                None => kernels::TensorScaling::Current { rule },
+            };
+            kernels::quantize_fp8_tensor(&client, input, rule.fp8, scaling, directions, None)
+        }
+        FormatConfig::Fp8Block(c) => {
+            let rule = ScaleRule {
+                fp8: fp8_kind(c.fp8),
+                pow2: c.pow2_scales,
+                epsilon_bits: c.amax_epsilon.to_bits(),
+                value_for_inf_bits: kind.max_finite_bits(),
+            };
+            kernels::quantize_fp8_block(
+                &client,
+                input,
+                rule,
+                c.block == BlockShape::OneTwentyEightSquare,
+                directions,
+                None,
+            )
+        }
+        FormatConfig::Mxfp8(c) => kernels::quantize_mxfp8(
+            &client,
+            input,
+            fp8_kind(c.fp8),
+            c.block_2d,
+            directions,
+            swizzled,
+        ),
+        FormatConfig::Nvfp4(c) => {
+            kernels::quantize_nvfp4(&client, input, &nvfp4_options(c, 1), directions, swizzled, None)
+        }
+    }
+    .map_err(kernel_error("input"))?;
+    Ok(wrap(&client, &device, out, format, (rows, cols), swizzled, 1))
+}
+
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBackend
     for CubeBackend<R, F, I, BT>
 {
@@ -284,72 +362,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         usage: Usage,
         optimize_for_gemm: bool,
     ) -> Result<QuantizedTensor<Self>> {
-        let (rows, cols) = matrix_dims(&x.shape().as_slice());
-        let format = config.format();
-        check_shape("input", rows, cols, &format)?;
-        let kind = elem_kind(x.dtype, "input")?;
-        let x = prepare(x);
-        let client = x.client.clone();
-        let device = x.device.clone();
-        let input = InputMatrix {
-            handle: &x.handle,
-            rows,
-            cols,
-            kind,
-        };
-        let directions = Directions {
-            rowwise: usage.rowwise,
-            columnwise: usage.columnwise,
-        };
-        let swizzled =
-            optimize_for_gemm && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Nvfp4(_));
-        let out = match config {
-            FormatConfig::Fp8Current(c) => {
-                let rule = ScaleRule {
-                    fp8: fp8_kind(c.fp8),
-                    pow2: c.pow2_scales,
-                    epsilon_bits: c.amax_epsilon.to_bits(),
-                    value_for_inf_bits: f32::MAX.to_bits(),
-                };
-                kernels::quantize_fp8_tensor(
-                    &client,
-                    input,
-                    rule.fp8,
-                    kernels::TensorScaling::Current { rule },
-                    directions,
-                    None,
-                )
-            }
-            FormatConfig::Fp8Block(c) => {
-                let rule = ScaleRule {
-                    fp8: fp8_kind(c.fp8),
-                    pow2: c.pow2_scales,
-                    epsilon_bits: c.amax_epsilon.to_bits(),
-                    value_for_inf_bits: kind.max_finite_bits(),
-                };
-                kernels::quantize_fp8_block(
-                    &client,
-                    input,
-                    rule,
-                    c.block == BlockShape::OneTwentyEightSquare,
-                    directions,
-                    None,
-                )
-            }
-            FormatConfig::Mxfp8(c) => kernels::quantize_mxfp8(
-                &client,
-                input,
-                fp8_kind(c.fp8),
-                c.block_2d,
-                directions,
-                swizzled,
-            ),
-            FormatConfig::Nvfp4(c) => {
-                kernels::quantize_nvfp4(&client, input, &nvfp4_options(c, 1), directions, swizzled, None)
-            }
-        }
-        .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, &device, out, format, (rows, cols), swizzled, 1))
+        quantize_plain::<R, Self>(x, config, usage, optimize_for_gemm, None)
     }
 
     fn quantize_fp8_with_scale(
@@ -862,7 +875,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         amax: &Self::Bytes,
         usage: Usage,
     ) -> Result<QuantizedTensor<Self>> {
-        super::cube_norm_act::quantize_fp8_current_with_amax::<R, F, I, BT>(x, config, amax, usage)
+        quantize_plain::<R, Self>(x, config, usage, false, Some(amax))
     }
 
     fn lowp_norm_forward(
@@ -872,7 +885,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         spec: &super::NormSpec,
         want_amax: bool,
     ) -> Result<super::NormForward<FloatTensor<Self>, Self::Bytes>> {
-        super::cube_norm_act::norm_forward::<R, F, I, BT>(x, gamma, beta, spec, want_amax)
+        super::cube_norm_act::norm_forward(x, gamma, beta, spec, want_amax)
     }
 
     fn lowp_norm_backward(

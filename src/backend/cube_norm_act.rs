@@ -1,25 +1,18 @@
 //! `LowpBackend`'s norm and activation passes on `CubeBackend` (`norm_act`), through the kernels
-//! of `burn_lowp_kernels::{norm, activation}`, and the FP8 current-scaling quantize that takes
-//! their fused amax.
+//! of `burn_lowp_kernels::{norm, activation}`. The quantize that takes their fused amax is
+//! `cube.rs`'s own (`quantize_plain`).
 
-use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_cubecl::CubeRuntime;
 use burn_lowp_kernels as kernels;
 use kernels::activation::ActivationConfig;
 use kernels::norm::{NormConfig, WordMatrix};
-use kernels::scale::ScaleRule;
 
-use super::cube::{bytes, elem_kind, fp8_kind, kernel_error, prepare, wrap, CubeBytes};
+use super::cube::{bytes, elem_kind, kernel_error, prepare, CubeBytes};
 use super::norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
-use super::matrix_dims;
 use crate::error::{LowpError, Result};
-use crate::format::{check_shape, FormatConfig, Usage};
 use crate::ops::activation::ActivationSpec;
-use crate::quant::QuantizedTensor;
-
-type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
 fn matrix<R: CubeRuntime>(t: &CubeTensor<R>, what: &str) -> Result<(usize, usize)> {
     let dims = t.shape().as_slice().to_vec();
@@ -82,13 +75,13 @@ fn norm_config(spec: &NormSpec, kind: kernels::ElemKind, beta: bool, amax: bool)
     }
 }
 
-pub(super) fn norm_forward<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(super) fn norm_forward<R: CubeRuntime>(
     x: CubeTensor<R>,
     gamma: CubeTensor<R>,
     beta: Option<CubeTensor<R>>,
     spec: &NormSpec,
     want_amax: bool,
-) -> Result<NormForward<FloatTensor<Cube<R, F, I, BT>>, CubeBytes<R>>> {
+) -> Result<NormForward<CubeTensor<R>, CubeBytes<R>>> {
     let (rows, cols) = matrix(&x, "norm input")?;
     let kind = elem_kind(x.dtype, "norm input")?;
     same_dtype(&gamma, x.dtype, "norm weight")?;
@@ -249,54 +242,4 @@ pub(super) fn activation_backward<R: CubeRuntime>(
         amax: out.amax.map(|a| bytes(&client, &dy.device, a, 4)),
         dbias: out.dbias.map(|d| f32_tensor(&dy, d, vec![h_cols])),
     })
-}
-
-pub(super) fn quantize_fp8_current_with_amax<
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
->(
-    x: CubeTensor<R>,
-    config: &FormatConfig,
-    amax: &CubeBytes<R>,
-    usage: Usage,
-) -> Result<QuantizedTensor<Cube<R, F, I, BT>>> {
-    let FormatConfig::Fp8Current(c) = config else {
-        return <Cube<R, F, I, BT> as super::LowpBackend>::lowp_quantize(x, config, usage, false);
-    };
-    let (rows, cols) = matrix_dims(x.shape().as_slice());
-    let format = config.format();
-    check_shape("input", rows, cols, &format)?;
-    let kind = elem_kind(x.dtype, "input")?;
-    let x = prepare(x);
-    let client = x.client.clone();
-    let device = x.device.clone();
-    let rule = ScaleRule {
-        fp8: fp8_kind(c.fp8),
-        pow2: c.pow2_scales,
-        epsilon_bits: c.amax_epsilon.to_bits(),
-        value_for_inf_bits: f32::MAX.to_bits(),
-    };
-    let out = kernels::quantize_fp8_tensor(
-        &client,
-        kernels::InputMatrix {
-            handle: &x.handle,
-            rows,
-            cols,
-            kind,
-        },
-        rule.fp8,
-        kernels::TensorScaling::CurrentFromAmax {
-            rule,
-            amax: &amax.handle,
-        },
-        kernels::Directions {
-            rowwise: usage.rowwise,
-            columnwise: usage.columnwise,
-        },
-        None,
-    )
-    .map_err(kernel_error("input"))?;
-    Ok(wrap(&client, &device, out, format, (rows, cols), false, 1))
 }

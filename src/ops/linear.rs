@@ -78,9 +78,7 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
         }
         Ok(q)
     }
-}
 
-impl<Q: LowpBackend> OperandQuantizer<Q> {
     /// Whether this quantizer would use an amax taken by the tensor's producer (FP8 current
     /// scaling; see `quantize_with_amax`).
     pub fn takes_amax(&self) -> bool {
