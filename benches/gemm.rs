@@ -16,8 +16,11 @@
 
 use std::time::Instant;
 
+#[path = "common/cases.rs"]
+mod cases;
 #[path = "common/timing.rs"]
 mod timing;
+use cases::{recipe, selected};
 use timing::{sync, time};
 
 use burn::backend::Autodiff;
@@ -31,18 +34,11 @@ use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::LinearConfig;
 use burn_lowp::quant::{quantize, IdentityDtype, QuantizeCall, QuantizedTensor, QuantizerSpec};
-use burn_lowp::recipe::Recipe;
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
-
-/// `LOWP_BENCH_FILTER=text` runs only the cases whose name (`gemm bf16 8192x8192x8192`,
-/// `linear_step current_scaling`, ...) contains `text` (for profiling one case).
-fn selected(name: &str) -> bool {
-    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
-}
 
 fn quantized(x: &Tensor<B, 2>, spec: &QuantizerSpec) -> QuantizedTensor<B> {
     quantize::<B>(
@@ -53,12 +49,6 @@ fn quantized(x: &Tensor<B, 2>, spec: &QuantizerSpec) -> QuantizedTensor<B> {
         &QuantizeCall::new(0),
     )
     .expect("quantize")
-}
-
-fn recipe(name: &str) -> Recipe {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
-    let dir = if dir.is_dir() { dir } else { "recipes".into() };
-    Recipe::load(dir.join(name)).expect("recipe file")
 }
 
 fn main() {

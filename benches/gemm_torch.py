@@ -12,26 +12,12 @@ per case: our TFLOP/s (or step time) over PyTorch's.
 """
 import argparse
 import json
-import time
 
 import torch
 
+from torch_timing import timed
+
 FP8 = torch.float8_e4m3fn
-
-
-def timed(fn, iterations):
-    """Seconds per call: the best of three timed runs after warm-up (as benches/gemm.rs)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / iterations)
-    return best
 
 
 def gemm_cases(m, n, k):

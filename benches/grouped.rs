@@ -15,8 +15,11 @@
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
+#[path = "common/cases.rs"]
+mod cases;
 #[path = "common/timing.rs"]
 mod timing;
+use cases::{recipe, selected};
 use timing::{sync, time};
 
 use burn::backend::Autodiff;
@@ -31,22 +34,11 @@ use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::GroupedLinearConfig;
 use burn_lowp::quant::grouped::quantize_grouped;
 use burn_lowp::quant::{IdentityDtype, QuantizedTensor, QuantizerSpec};
-use burn_lowp::recipe::Recipe;
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 use serde_json::json;
 
 type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
-
-fn selected(name: &str) -> bool {
-    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
-}
-
-fn recipe(name: &str) -> Recipe {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
-    let dir = if dir.is_dir() { dir } else { "recipes".into() };
-    Recipe::load(dir.join(name)).expect("recipe file")
-}
 
 /// splitmix64: a deterministic stream for the skewed splits.
 struct Rng(u64);

@@ -11,8 +11,11 @@
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
 //! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
+#[path = "common/cases.rs"]
+mod cases;
 #[path = "common/timing.rs"]
 mod timing;
+use cases::{recipe, selected};
 use timing::time;
 
 use burn::backend::Autodiff;
@@ -21,22 +24,11 @@ use burn_cubecl::CubeBackend;
 use burn_lowp::backend::{LowpBackend, NormSpec};
 use burn_lowp::nn::LayerNormMlpConfig;
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
-use burn_lowp::recipe::Recipe;
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 
 type B = CubeBackend<CudaRuntime, half::bf16, i32, u8>;
 type AD = Autodiff<B>;
-
-fn selected(name: &str) -> bool {
-    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
-}
-
-fn recipe(name: &str) -> Recipe {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
-    let dir = if dir.is_dir() { dir } else { "recipes".into() };
-    Recipe::load(dir.join(name)).expect("recipe file")
-}
 
 fn main() {
     if !burn_lowp::backend::device::cuda_available() {

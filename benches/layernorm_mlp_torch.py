@@ -11,25 +11,11 @@ torch.compile, and against our own bf16 recipe.
 """
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def timed(fn, iterations):
-    """Seconds per call: the best of three timed runs after warm-up (as benches/layernorm_mlp.rs)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / iterations)
-    return best
+from torch_timing import timed
 
 
 class Mlp(torch.nn.Module):

@@ -1,0 +1,17 @@
+//! What the CUDA benchmarks share besides timing: which cases run, and the recipe files.
+
+use burn_lowp::recipe::Recipe;
+
+/// `LOWP_BENCH_FILTER=text` runs only the cases whose name (`gemm bf16 8192x8192x8192`,
+/// `linear_step current_scaling`, ...) contains `text` (for profiling one case).
+pub fn selected(name: &str) -> bool {
+    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
+}
+
+/// A recipe file from this repository's `recipes/`, or `./recipes` where the bench runs from a
+/// copy of the repository root (the GPU bundle).
+pub fn recipe(name: &str) -> Recipe {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
+    let dir = if dir.is_dir() { dir } else { "recipes".into() };
+    Recipe::load(dir.join(name)).expect("recipe file")
+}
