@@ -533,6 +533,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
     }
 
+    fn lowp_gemm_group(calls: Vec<super::GemmCall<'_, Self>>) -> Result<Vec<FloatTensor<Self>>> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_gemm::gemm_group(calls);
+        }
+        calls
+            .into_iter()
+            .map(|c| Self::lowp_gemm(c.kind, c.a, c.b, c.options))
+            .collect()
+    }
+
     fn gemm_path(
         kind: super::GemmKind,
         a: &QuantizedTensor<Self>,

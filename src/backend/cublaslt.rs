@@ -41,6 +41,7 @@ use cudarc::cublaslt::{result as lt, sys as lts};
 use cudarc::driver::{sys as cuda, CudaContext, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use lts::{cublasLtMatmulDescAttributes_t as Attr, cudaDataType_t as DataType};
 
+use super::gemm_profile::{self as profile, GemmPhase};
 use crate::error::{LowpError, Result};
 
 /// How a cuBLASLt GEMM is ordered against CubeCL's stream (see the module docs).
@@ -76,7 +77,7 @@ pub fn set_stream_ordering(ordering: StreamOrdering) {
 }
 
 /// How an operand's scale is applied (cuBLASLt `CUBLASLT_MATMUL_DESC_{A,B}_SCALE_MODE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScaleMode {
     /// One f32 for the whole tensor (FP8 per-tensor scaling).
     Tensor,
@@ -146,27 +147,70 @@ pub struct LtGemm {
 }
 
 impl LtGemm {
-    fn algo_key(&self) -> String {
-        format!(
-            "{} {} {} {:?} {:?} {} {} {} {} {:?} {:?} {:?} {} {} {:?}",
-            self.m,
-            self.n,
-            self.k,
-            self.a.dtype,
-            self.b.dtype,
-            self.a.transpose,
-            self.b.transpose,
-            self.a.ld,
-            self.b.ld,
-            self.a.scale.map(|s| s.1),
-            self.b.scale.map(|s| s.1),
-            self.d_dtype,
-            self.fast_accum,
-            self.c.is_some(),
-            self.batch.map(|b| b.count)
-        )
+    fn plan_key(&self) -> PlanKey {
+        PlanKey {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            a: (
+                self.a.dtype,
+                self.a.transpose,
+                self.a.ld,
+                self.a.scale.map(|s| s.1),
+            ),
+            b: (
+                self.b.dtype,
+                self.b.transpose,
+                self.b.ld,
+                self.b.scale.map(|s| s.1),
+            ),
+            d_dtype: self.d_dtype,
+            fast_accum: self.fast_accum,
+            has_c: self.c.is_some(),
+            batch: self.batch.map(|b| b.count),
+        }
     }
 }
+
+/// What fixes a GEMM's cuBLASLt descriptor, layouts and algorithm: everything but the pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PlanKey {
+    m: u64,
+    n: u64,
+    k: u64,
+    /// dtype, transpose, leading dimension, scale mode.
+    a: (DataType, bool, i64, Option<ScaleMode>),
+    b: (DataType, bool, i64, Option<ScaleMode>),
+    d_dtype: DataType,
+    fast_accum: bool,
+    has_c: bool,
+    batch: Option<u64>,
+}
+
+/// A GEMM shape's matmul descriptor, layouts and chosen algorithm, made on its first call and kept
+/// (building them cost microseconds of host time per call); each call only sets its scale pointers.
+struct Plan {
+    desc: lts::cublasLtMatmulDesc_t,
+    a: lts::cublasLtMatrixLayout_t,
+    b: lts::cublasLtMatrixLayout_t,
+    d: lts::cublasLtMatrixLayout_t,
+    algo: lts::cublasLtMatmulAlgo_t,
+}
+
+impl Plan {
+    /// Destroys what was created (on a failed build).
+    unsafe fn destroy(desc: lts::cublasLtMatmulDesc_t, layouts: &[lts::cublasLtMatrixLayout_t]) {
+        unsafe {
+            let _ = lt::destroy_matmul_desc(desc);
+            for &layout in layouts {
+                let _ = lt::destroy_matrix_layout(layout);
+            }
+        }
+    }
+}
+
+/// Plans kept before GEMMs of shapes that are not autotuned stop being cached (see `enqueue_on`).
+const MAX_UNTUNED_PLANS: usize = 4096;
 
 /// Streams a group of GEMMs spreads over (TE uses 4 for its per-expert GEMMs).
 const LANES: usize = 4;
@@ -212,7 +256,7 @@ pub struct CublasLt {
     workspace_size: usize,
     /// The SMs a GEMM may plan for: all but the one CubeCL's wait kernel holds.
     sm_target: i32,
-    algos: HashMap<String, lts::cublasLtMatmulAlgo_t>,
+    plans: HashMap<PlanKey, Plan>,
     flags: HashMap<u64, StreamFlags>,
     /// Our stream's kernels (NVRTC), compiled on first use.
     kernels: Option<OurKernels>,
@@ -252,6 +296,20 @@ unsafe fn set<T>(desc: lts::cublasLtMatmulDesc_t, attr: Attr, value: &T) -> Resu
     .map_err(lt_error("set matmul attribute"))
 }
 
+/// Points the descriptor at this call's dequantization scales (the one per-call attribute of a
+/// cached `Plan`).
+unsafe fn set_scale_pointers(desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
+    for (scale, pointer) in [
+        (g.a.scale, Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER),
+        (g.b.scale, Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER),
+    ] {
+        if let Some((ptr, _)) = scale {
+            unsafe { set(desc, pointer, &ptr)? };
+        }
+    }
+    Ok(())
+}
+
 fn scale_mode_value(mode: ScaleMode) -> i32 {
     use lts::cublasLtMatmulMatrixScale_t as S;
     (match mode {
@@ -282,7 +340,7 @@ impl CublasLt {
             handle,
             workspace_size,
             sm_target: (sms - 1).max(1),
-            algos: HashMap::new(),
+            plans: HashMap::new(),
             flags: HashMap::new(),
             kernels: None,
         };
@@ -331,60 +389,36 @@ impl CublasLt {
         if let Some(batch) = &g.batch {
             self.fill_pointers(lane, g, batch)?;
         }
+        let key = g.plan_key();
+        if let Some(plan) = self.plans.get(&key) {
+            let (desc, a, b, d, algo) = (plan.desc, plan.a, plan.b, plan.d, plan.algo);
+            return unsafe {
+                set_scale_pointers(desc, g)?;
+                self.matmul(lane, desc, g, &algo, a, b, d)
+            };
+        }
+        let plan = unsafe { self.new_plan(lane, g)? };
+        let result = unsafe { self.matmul(lane, plan.desc, g, &plan.algo, plan.a, plan.b, plan.d) };
+        // Shapes that change every step (a group's token count, not autotuned) stop being kept
+        // once many are: their plans would otherwise grow without bound over a training run.
+        if g.autotune || self.plans.len() < MAX_UNTUNED_PLANS {
+            self.plans.insert(key, plan);
+        } else {
+            unsafe { Plan::destroy(plan.desc, &[plan.a, plan.b, plan.d]) };
+        }
+        result
+    }
+
+    /// The descriptor, layouts and algorithm of `g`'s shape (see `Plan`).
+    unsafe fn new_plan(&mut self, lane: usize, g: &LtGemm) -> Result<Plan> {
         let desc = lt::create_matmul_desc(
             lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             DataType::CUDA_R_32F,
         )
         .map_err(lt_error("create matmul desc"))?;
-        let result = unsafe { self.enqueue_with(lane, desc, g) };
-        let _ = unsafe { lt::destroy_matmul_desc(desc) };
-        result
-    }
-
-    unsafe fn enqueue_with(
-        &mut self,
-        lane: usize,
-        desc: lts::cublasLtMatmulDesc_t,
-        g: &LtGemm,
-    ) -> Result<()> {
-        unsafe {
-            set(desc, Attr::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
-            set(
-                desc,
-                Attr::CUBLASLT_MATMUL_DESC_TRANSA,
-                &(g.a.transpose as i32),
-            )?;
-            set(
-                desc,
-                Attr::CUBLASLT_MATMUL_DESC_TRANSB,
-                &(g.b.transpose as i32),
-            )?;
-            for (scale, pointer, mode) in [
-                (
-                    g.a.scale,
-                    Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                    Attr::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                ),
-                (
-                    g.b.scale,
-                    Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                    Attr::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                ),
-            ] {
-                if let Some((ptr, scale_mode)) = scale {
-                    set(desc, pointer, &ptr)?;
-                    if scale_mode != ScaleMode::Tensor {
-                        set(desc, mode, &scale_mode_value(scale_mode))?;
-                    }
-                }
-            }
-            if g.a.scale.is_some() {
-                set(
-                    desc,
-                    Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                    &(g.fast_accum as i8),
-                )?;
-            }
+        if let Err(e) = unsafe { self.describe(desc, g) } {
+            unsafe { Plan::destroy(desc, &[]) };
+            return Err(e);
         }
         // Layouts are (rows, cols) of the stored column-major matrix.
         let (a_rows, a_cols) = if g.a.transpose {
@@ -397,45 +431,79 @@ impl CublasLt {
         } else {
             (g.k, g.n)
         };
-        let a = lt::create_matrix_layout(g.a.dtype, a_rows, a_cols, g.a.ld)
-            .map_err(lt_error("layout A"))?;
-        let b = lt::create_matrix_layout(g.b.dtype, b_rows, b_cols, g.b.ld)
-            .map_err(lt_error("layout B"))?;
-        let d = lt::create_matrix_layout(g.d_dtype, g.m, g.n, g.m as i64)
-            .map_err(lt_error("layout D"))?;
-        if let Some(batch) = &g.batch {
-            for layout in [a, b, d] {
-                unsafe { set_batched(layout, batch.count as i32)? };
+        let mut layouts = Vec::with_capacity(3);
+        let made = [
+            (g.a.dtype, a_rows, a_cols, g.a.ld, "layout A"),
+            (g.b.dtype, b_rows, b_cols, g.b.ld, "layout B"),
+            (g.d_dtype, g.m, g.n, g.m as i64, "layout D"),
+        ]
+        .into_iter()
+        .try_for_each(|(dtype, rows, cols, ld, what)| {
+            let layout = lt::create_matrix_layout(dtype, rows, cols, ld).map_err(lt_error(what))?;
+            layouts.push(layout);
+            match &g.batch {
+                Some(batch) => unsafe { set_batched(layout, batch.count as i32) },
+                None => Ok(()),
             }
-        }
-        let result = unsafe { self.run(lane, desc, g, a, b, d) };
-        unsafe {
-            let _ = lt::destroy_matrix_layout(a);
-            let _ = lt::destroy_matrix_layout(b);
-            let _ = lt::destroy_matrix_layout(d);
-        }
-        result
-    }
-
-    unsafe fn run(
-        &mut self,
-        lane: usize,
-        desc: lts::cublasLtMatmulDesc_t,
-        g: &LtGemm,
-        a: lts::cublasLtMatrixLayout_t,
-        b: lts::cublasLtMatrixLayout_t,
-        d: lts::cublasLtMatrixLayout_t,
-    ) -> Result<()> {
-        let key = g.algo_key();
-        let algo = match self.algos.get(&key) {
-            Some(algo) => *algo,
-            None => {
-                let algo = unsafe { self.choose_algo(lane, desc, g, a, b, d)? };
-                self.algos.insert(key, algo);
-                algo
+        });
+        let (a, b, d) = match (made, layouts.as_slice()) {
+            (Ok(()), &[a, b, d]) => (a, b, d),
+            (result, _) => {
+                unsafe { Plan::destroy(desc, &layouts) };
+                return Err(result.err().unwrap_or_else(|| {
+                    LowpError::invalid("cuBLASLt", "layouts", "three matrix layouts")
+                }));
             }
         };
-        unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }
+        match unsafe { self.choose_algo(lane, desc, g, a, b, d) } {
+            Ok(algo) => Ok(Plan {
+                desc,
+                a,
+                b,
+                d,
+                algo,
+            }),
+            Err(e) => {
+                unsafe { Plan::destroy(desc, &layouts) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The descriptor attributes fixed by the GEMM's shape and formats (not its pointers).
+    unsafe fn describe(&self, desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
+        unsafe {
+            set(desc, Attr::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
+            set(
+                desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSA,
+                &(g.a.transpose as i32),
+            )?;
+            set(
+                desc,
+                Attr::CUBLASLT_MATMUL_DESC_TRANSB,
+                &(g.b.transpose as i32),
+            )?;
+            for (scale, mode) in [
+                (g.a.scale, Attr::CUBLASLT_MATMUL_DESC_A_SCALE_MODE),
+                (g.b.scale, Attr::CUBLASLT_MATMUL_DESC_B_SCALE_MODE),
+            ] {
+                if let Some((_, scale_mode)) = scale {
+                    if scale_mode != ScaleMode::Tensor {
+                        set(desc, mode, &scale_mode_value(scale_mode))?;
+                    }
+                }
+            }
+            if g.a.scale.is_some() {
+                set(
+                    desc,
+                    Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                    &(g.fast_accum as i8),
+                )?;
+            }
+            // The heuristic and the timing runs read the scale pointers too.
+            set_scale_pointers(desc, g)
+        }
     }
 
     /// The algorithm for a new GEMM shape: cuBLASLt's heuristic proposes up to `CANDIDATES`;
@@ -898,9 +966,16 @@ pub fn run_group_on_cubecl_buffers(
     buffers: &[&Handle],
     build: impl FnOnce(&[u64]) -> Vec<LtGemm> + Send,
 ) -> Result<()> {
-    client
-        .exclusive(|| run_on_device_thread(client, device, buffers, build))
-        .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?
+    let handed = profile::start();
+    let (result, finished) = client
+        .exclusive(|| {
+            let started = profile::record(GemmPhase::ToDeviceThread, handed);
+            let result = run_on_device_thread(client, device, buffers, build, started);
+            (result, profile::start())
+        })
+        .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?;
+    profile::record(GemmPhase::FromDeviceThread, finished);
+    result
 }
 
 fn run_on_device_thread(
@@ -908,6 +983,7 @@ fn run_on_device_thread(
     device: usize,
     buffers: &[&Handle],
     build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
+    started: Option<std::time::Instant>,
 ) -> Result<()> {
     CublasLt::with(device, |lt| match stream_ordering() {
         StreamOrdering::HostSync => {
@@ -924,12 +1000,16 @@ fn run_on_device_thread(
             // thread; the blocking `get_resource` calls below flush it, so the signal kernel is
             // on the CUDA stream before our stream starts waiting for it.
             burn_lowp_kernels::signal_flag(client, &flags, value);
+            let t = profile::record(GemmPhase::Signal, started);
             let (pins, pointers) = pin_buffers(client, buffers)?;
             let gemms = build(&pointers);
             // Checked before the wait is queued: an error must not leave CubeCL's stream
             // waiting for a DONE that never comes (its wait kernel is queued only below).
             let aligned = check_aligned(&gemms);
-            if let Err(e) = lt.wait_ready(flags_ptr, value) {
+            let t = profile::record(GemmPhase::Pin, t);
+            let waiting = lt.wait_ready(flags_ptr, value);
+            let t = profile::record(GemmPhase::WaitReady, t);
+            if let Err(e) = waiting {
                 eprintln!("burn-lowp: {e}; falling back to host-synchronized cuBLASLt ordering");
                 set_stream_ordering(StreamOrdering::HostSync);
                 let result = aligned.and_then(|_| host_synchronized(client, lt, &gemms));
@@ -937,6 +1017,7 @@ fn run_on_device_thread(
                 return result;
             }
             let result = aligned.and_then(|_| unsafe { lt.enqueue_group(&gemms) });
+            let t = profile::record(GemmPhase::Enqueue, t);
             // DONE is written even if the GEMM could not be queued, so that CubeCL's stream is
             // never held for a GEMM that will not run.
             match lt.signal_done(flags_ptr, value) {
@@ -951,6 +1032,7 @@ fn run_on_device_thread(
             // Safe to unpin now: CubeCL's stream cannot run anything that reuses this memory
             // before its wait kernel has seen the GEMM finish.
             drop(pins);
+            profile::record(GemmPhase::Done, t);
             result
         }
     })

@@ -31,8 +31,9 @@ use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
-use super::cublaslt::{run_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
-use super::gemm::{GemmKind, GemmOptions, GemmPath};
+use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
+use super::gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
+use super::gemm_profile::{self as profile, GemmPhase};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
@@ -480,39 +481,119 @@ pub fn gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     b: &QuantizedTensor<Cube<R, F, I, BT>>,
     options: GemmOptions<Cube<R, F, I, BT>>,
 ) -> Result<CubeTensor<R>> {
-    let (rows, cols, k) = dims(kind, a, b)?;
-    let (da, db) = kind.directions();
-    let (sa, sb) = (a.require(da)?, b.require(db)?);
-    let (client, device) = location(a).ok_or_else(|| {
-        LowpError::invalid("GEMM operand", "no representation", "an operand holds data")
-    })?;
-    let device_index = cuda_device::<R>(&device);
-    let path = plan(sa, sb, (cols, rows, k), is_hopper(device_index));
-    let d_dtype = output_dtype(path, sa, options.out_dtype);
-    let c = options
-        .accumulate
-        .map(|c| accumulate_input::<R, F, I, BT>(c, [rows, cols], d_dtype))
-        .transpose()?;
-    let out = client.empty(rows * cols * d_dtype.size());
-    let prepared = prepare(
+    let mut out = gemm_group(vec![GemmCall {
         kind,
         a,
         b,
-        path,
-        GemmOutput {
-            d: out.clone(),
+        options,
+    }])?;
+    Ok(out.pop().expect("one GEMM, one output"))
+}
+
+/// Runs GEMMs that belong together (a layer's dgrad and wgrad) through cuBLASLt with one ordering
+/// handshake for all of them (`R` must be `CudaRuntime`); GEMMs on another device than the first
+/// run on their own.
+pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    calls: Vec<GemmCall<'_, Cube<R, F, I, BT>>>,
+) -> Result<Vec<CubeTensor<R>>> {
+    let called = profile::start();
+    let mut outputs = Vec::with_capacity(calls.len());
+    let mut prepared = Vec::with_capacity(calls.len());
+    let mut group_device: Option<(ComputeClient<R>, usize)> = None;
+    for GemmCall {
+        kind,
+        a,
+        b,
+        options,
+    } in calls
+    {
+        let (rows, cols, k) = dims(kind, a, b)?;
+        let (da, db) = kind.directions();
+        let (sa, sb) = (a.require(da)?, b.require(db)?);
+        let (client, device) = location(a).ok_or_else(|| {
+            LowpError::invalid("GEMM operand", "no representation", "an operand holds data")
+        })?;
+        let device_index = cuda_device::<R>(&device);
+        if group_device
+            .as_ref()
+            .is_some_and(|(_, d)| *d != device_index)
+        {
+            outputs.push((gemm(kind, a, b, options)?, FloatDType::F32, false));
+            continue;
+        }
+        let path = plan(sa, sb, (cols, rows, k), is_hopper(device_index));
+        let d_dtype = output_dtype(path, sa, options.out_dtype);
+        let c = options
+            .accumulate
+            .map(|c| accumulate_input::<R, F, I, BT>(c, [rows, cols], d_dtype))
+            .transpose()?;
+        let out = client.empty(rows * cols * d_dtype.size());
+        prepared.push(prepare(
+            kind,
+            a,
+            b,
+            path,
+            GemmOutput {
+                d: out.clone(),
+                d_dtype,
+                c,
+            },
+            true,
+        )?);
+        let out = CubeTensor::new_contiguous(
+            client.clone(),
+            device,
+            Shape::new([rows, cols]),
+            out,
             d_dtype,
-            c,
-        },
-        true,
-    )?;
-    let buffers: Vec<&Handle> = prepared.handles.iter().collect();
-    run_on_cubecl_buffers(cuda_client(&client), device_index, &buffers, prepared.build)?;
-    drop(prepared.keep);
-    let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
-    Ok(if d_dtype == DType::from(options.out_dtype) {
-        out
-    } else {
-        Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
-    })
+        );
+        outputs.push((out, options.out_dtype, true));
+        group_device.get_or_insert((client, device_index));
+    }
+    profile::record(GemmPhase::Prepare, called);
+    if let Some((client, device_index)) = group_device {
+        run_prepared(&client, device_index, prepared)?;
+    }
+    // Casts are queued only now, behind the group's DONE wait on CubeCL's stream.
+    let outputs = outputs
+        .into_iter()
+        .map(|(out, wanted, grouped)| {
+            if !grouped || out.dtype() == DType::from(wanted) {
+                out
+            } else {
+                Cube::<R, F, I, BT>::float_cast(out, wanted)
+            }
+        })
+        .collect();
+    profile::record(GemmPhase::Call, called);
+    Ok(outputs)
+}
+
+/// Runs prepared GEMMs as one group (one handshake; `cublaslt::run_group_on_cubecl_buffers`).
+pub(crate) fn run_prepared<R: CubeRuntime>(
+    client: &ComputeClient<R>,
+    device_index: usize,
+    prepared: Vec<PreparedGemm<R>>,
+) -> Result<()> {
+    let handles: Vec<Handle> = prepared.iter().flat_map(|p| p.handles.clone()).collect();
+    let buffers: Vec<&Handle> = handles.iter().collect();
+    let mut builds = Vec::with_capacity(prepared.len());
+    let mut keep = Vec::new();
+    for p in prepared {
+        builds.push((p.handles.len(), p.build));
+        keep.extend(p.keep);
+    }
+    run_group_on_cubecl_buffers(cuda_client(client), device_index, &buffers, move |ptr| {
+        let mut next = 0;
+        builds
+            .into_iter()
+            .map(|(n, build)| {
+                let gemm = build(&ptr[next..next + n]);
+                next += n;
+                gemm
+            })
+            .collect()
+    })?;
+    drop(keep);
+    Ok(())
 }

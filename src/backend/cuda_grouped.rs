@@ -22,13 +22,10 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_lowp_kernels as kernels;
 use burn_lowp_kernels::cubecl::server::Handle;
 
-use super::cublaslt::{
-    pointer_array_bytes, run_group_on_cubecl_buffers, run_on_cubecl_buffers, LtBatch, LtGemm,
-    LtOperand,
-};
+use super::cublaslt::{pointer_array_bytes, run_on_cubecl_buffers, LtBatch, LtGemm, LtOperand};
 use super::cuda_gemm::{
     accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
-    output_dtype, plan, prepare, GemmOutput, PreparedGemm,
+    output_dtype, plan, prepare, run_prepared, GemmOutput, PreparedGemm,
 };
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
@@ -401,31 +398,7 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         let start = covered * cols * esize;
         kernels::fill(&client, &view(&out, total, start, total - start), (total - start) / 4, 0);
     }
-    let handles: Vec<Handle> = prepared.iter().flat_map(|p| p.handles.clone()).collect();
-    let buffers: Vec<&Handle> = handles.iter().collect();
-    let mut builds = Vec::with_capacity(prepared.len());
-    let mut keep = Vec::new();
-    for p in prepared {
-        builds.push((p.handles.len(), p.build));
-        keep.extend(p.keep);
-    }
-    run_group_on_cubecl_buffers(
-        cuda_client(&client),
-        cuda_device::<R>(&device),
-        &buffers,
-        move |ptr| {
-            let mut next = 0;
-            builds
-                .into_iter()
-                .map(|(n, build)| {
-                    let gemm = build(&ptr[next..next + n]);
-                    next += n;
-                    gemm
-                })
-                .collect()
-        },
-    )?;
-    drop(keep);
+    run_prepared(&client, cuda_device::<R>(&device), prepared)?;
     drop(accumulating);
     let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
     Ok(if d_dtype == DType::from(options.out_dtype) {

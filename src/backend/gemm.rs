@@ -68,6 +68,14 @@ impl<B: LowpBackend> Default for GemmOptions<B> {
     }
 }
 
+/// One GEMM of a group that runs together (`LowpBackend::lowp_gemm_group`).
+pub struct GemmCall<'a, B: LowpBackend> {
+    pub kind: GemmKind,
+    pub a: &'a QuantizedTensor<B>,
+    pub b: &'a QuantizedTensor<B>,
+    pub options: GemmOptions<B>,
+}
+
 /// Which path ran a GEMM (reported by `gemm_path` and in debug logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GemmPath {

@@ -23,11 +23,13 @@ pub mod cuda_gemm;
 pub mod cuda_grouped;
 pub mod device;
 pub mod gemm;
+pub mod gemm_profile;
 pub mod grouped;
 pub mod host_sync;
 pub mod norm_act;
 
-pub use gemm::{GemmKind, GemmOptions, GemmPath};
+pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
+pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
 pub use grouped::{GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup};
 pub use host_sync::{host_syncs, HostSyncs};
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
@@ -140,7 +142,10 @@ pub trait LowpBackend: Backend {
 
     /// `Σ` over each group's token rows of an aligned `[rows, cols]` tensor: `[groups, cols]`
     /// (the grouped bias gradient). The default reads the groups on the host.
-    fn grouped_column_sum(t: FloatTensor<Self>, layout: &GroupLayout<Self>) -> Result<FloatTensor<Self>> {
+    fn grouped_column_sum(
+        t: FloatTensor<Self>,
+        layout: &GroupLayout<Self>,
+    ) -> Result<FloatTensor<Self>> {
         grouped::grouped_column_sum_per_group(t, &layout.groups)
     }
 
@@ -162,6 +167,17 @@ pub trait LowpBackend: Backend {
         options: GemmOptions<Self>,
     ) -> Result<FloatTensor<Self>> {
         gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
+    }
+
+    /// GEMMs that run together, such as a layer's dgrad and wgrad (they read the same inputs and
+    /// nothing between them depends on the other): the outputs in order. The default runs them one
+    /// by one; CUDA orders the whole group against CubeCL's stream with one handshake and spreads
+    /// the GEMMs over its streams.
+    fn lowp_gemm_group(calls: Vec<GemmCall<'_, Self>>) -> Result<Vec<FloatTensor<Self>>> {
+        calls
+            .into_iter()
+            .map(|c| Self::lowp_gemm(c.kind, c.a, c.b, c.options))
+            .collect()
     }
 
     /// FP8 current scaling of `x` with its amax already taken by the producer of `x` (f32 bits

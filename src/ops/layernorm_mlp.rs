@@ -25,7 +25,9 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::activation::ActivationSpec;
-use super::linear::{columnwise_only, gemm_dtype, quantize_weight, LinearOp, OperandQuantizer};
+use super::linear::{
+    columnwise_only, dgrad_and_wgrad, gemm_dtype, quantize_weight, LinearOp, OperandQuantizer,
+};
 use super::row_broadcast::{add_bias_rows, column_sum};
 use crate::backend::{GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
@@ -318,25 +320,32 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         let below_act = below_fc1 || p[W1].is_some();
         let below_fc2 = below_act || p[B1].is_some();
         let out_dtype = gemm_dtype(dy.dtype());
-        let options = || GemmOptions {
-            out_dtype,
-            accumulate: None,
-        };
-        // Shapes were checked in forward, so failures here are bugs, not user input.
-        let wgrad = |gemm: usize, grad_output: QuantizedTensor<Q>, input: &QuantizedTensor<Q>| {
-            let pending = PendingMlpWgrad {
-                gemm,
-                grad_output,
-                input: input.clone(),
-                out_dtype,
-            };
-            match &deferred {
-                Some(store) => {
-                    store.lock().expect("wgrad store lock").push_back(pending);
+        // A GEMM's dgrad (when `weight` is given) and wgrad (when `input` is), as one group; a
+        // deferred wgrad is kept for `backward_dw` instead.
+        let gemms = |gemm: usize,
+                     grad_output: &QuantizedTensor<Q>,
+                     weight: Option<&QuantizedTensor<Q>>,
+                     input: Option<&QuantizedTensor<Q>>| {
+            let input = match (&deferred, input) {
+                (Some(store), Some(input)) => {
+                    store
+                        .lock()
+                        .expect("wgrad store lock")
+                        .push_back(PendingMlpWgrad {
+                            gemm,
+                            grad_output: grad_output.clone(),
+                            input: input.clone(),
+                            out_dtype,
+                        });
                     None
                 }
-                None => Some(pending.run().expect("wgrad GEMM")),
-            }
+                (_, input) => input,
+            };
+            dgrad_and_wgrad::<Q>(
+                weight.map(|w| (grad_output, w)),
+                input.map(|x| (grad_output, x)),
+                out_dtype,
+            )
         };
 
         if let Some(node) = &p[B2] {
@@ -355,18 +364,14 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                 false,
             )
             .expect("quantize fc2 grad_output");
-        if let Some(a) = &saved.a_columnwise {
-            if let Some(dw2) = wgrad(1, q_dy.clone(), a) {
-                if let Some(node) = &p[W2] {
-                    grads.register::<Q>(node.id, Q::float_cast(dw2, saved.param_dtype));
-                }
-            }
+        let w2 = below_fc2.then(|| saved.w2_columnwise.as_ref().expect("fc2 weight saved"));
+        let (da, dw2) = gemms(1, &q_dy, w2, saved.a_columnwise.as_ref());
+        if let (Some(node), Some(dw2)) = (&p[W2], dw2) {
+            grads.register::<Q>(node.id, Q::float_cast(dw2, saved.param_dtype));
         }
-        if !below_fc2 {
+        let Some(da) = da else {
             return;
-        }
-        let w2 = saved.w2_columnwise.as_ref().expect("fc2 weight saved");
-        let da = Q::lowp_gemm(GemmKind::Dgrad, &q_dy, w2, options()).expect("fc2 dgrad GEMM");
+        };
         drop(q_dy);
         let h = saved.h.clone().expect("fc1 output saved");
         let act = Q::lowp_activation_backward(
@@ -395,18 +400,14 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                 },
             )
             .expect("quantize fc1 grad_output");
-        if let Some(ln) = &saved.ln_columnwise {
-            if let Some(dw1) = wgrad(0, q_dh.clone(), ln) {
-                if let Some(node) = &p[W1] {
-                    grads.register::<Q>(node.id, Q::float_cast(dw1, saved.param_dtype));
-                }
-            }
+        let w1 = below_fc1.then(|| saved.w1_columnwise.as_ref().expect("fc1 weight saved"));
+        let (dln, dw1) = gemms(0, &q_dh, w1, saved.ln_columnwise.as_ref());
+        if let (Some(node), Some(dw1)) = (&p[W1], dw1) {
+            grads.register::<Q>(node.id, Q::float_cast(dw1, saved.param_dtype));
         }
-        if !below_fc1 {
+        let Some(dln) = dln else {
             return;
-        }
-        let w1 = saved.w1_columnwise.as_ref().expect("fc1 weight saved");
-        let dln = Q::lowp_gemm(GemmKind::Dgrad, &q_dh, w1, options()).expect("fc1 dgrad GEMM");
+        };
         match saved.norm {
             None => {
                 if let Some(node) = &p[X] {

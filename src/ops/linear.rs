@@ -18,7 +18,7 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::grouped_linear::GroupedLinearOp;
 use super::grouped_rows::RowMove;
-use crate::backend::{GemmKind, GemmOptions, GroupLayout, LowpBackend};
+use crate::backend::{GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
@@ -343,10 +343,6 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
         let [node_x, node_w] = ops.parents;
         let dy = grads.consume::<Q>(&ops.node);
         let out_dtype = gemm_dtype(dy.dtype());
-        let options = || GemmOptions {
-            out_dtype,
-            accumulate: None,
-        };
         let saved = ops.state;
         let usage = Usage {
             rowwise: node_x.is_some(),
@@ -357,15 +353,52 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
             .grad_output
             .quantize(dy, usage, false)
             .expect("quantize dY (shapes checked in forward)");
-        if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
-            let dx = Q::lowp_gemm(GemmKind::Dgrad, &qdy, w, options()).expect("dgrad GEMM");
+        let dgrad = node_x.zip(saved.w_columnwise.as_ref());
+        let wgrad = node_w.zip(saved.x_columnwise.as_ref());
+        let (dx, dw) = dgrad_and_wgrad::<Q>(
+            dgrad.as_ref().map(|(_, w)| (&qdy, *w)),
+            wgrad.as_ref().map(|(_, x)| (&qdy, *x)),
+            out_dtype,
+        );
+        if let (Some((node, _)), Some(dx)) = (dgrad, dx) {
             grads.register::<Q>(node.id, dx);
         }
-        if let (Some(node), Some(x)) = (node_w, &saved.x_columnwise) {
-            let dw = Q::lowp_gemm(GemmKind::Wgrad, &qdy, x, options()).expect("wgrad GEMM");
+        if let (Some((node, _)), Some(dw)) = (wgrad, dw) {
             grads.register::<Q>(node.id, dw);
         }
     }
+}
+
+/// A layer's dgrad (`dX = dY · W`, operands `(dY, W)`) and wgrad (`dW = dYᵀ · X`, operands
+/// `(dY, X)`), whichever are asked for, as one GEMM group: on CUDA one ordering handshake for both.
+/// Shapes were checked in forward, so a failure here is a bug, not user input.
+pub(crate) fn dgrad_and_wgrad<'a, Q: LowpBackend>(
+    dgrad: Option<(&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)>,
+    wgrad: Option<(&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)>,
+    out_dtype: FloatDType,
+) -> (Option<FloatTensor<Q>>, Option<FloatTensor<Q>>) {
+    let call = |kind, (a, b): (&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)| GemmCall {
+        kind,
+        a,
+        b,
+        options: GemmOptions {
+            out_dtype,
+            accumulate: None,
+        },
+    };
+    let calls: Vec<GemmCall<'a, Q>> = [
+        dgrad.map(|ab| call(GemmKind::Dgrad, ab)),
+        wgrad.map(|ab| call(GemmKind::Wgrad, ab)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut outputs = Q::lowp_gemm_group(calls)
+        .expect("backward GEMMs (shapes checked in forward)")
+        .into_iter();
+    let dx = dgrad.and_then(|_| outputs.next());
+    let dw = wgrad.and_then(|_| outputs.next());
+    (dx, dw)
 }
 
 /// Keeps only the columnwise representation (identity storages stay as they are).

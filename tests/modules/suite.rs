@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor, TensorPrimitive};
-use burn_lowp::backend::{GemmKind, GemmOptions, GemmPath, LowpBackend};
+use burn_lowp::backend::{GemmCall, GemmKind, GemmOptions, GemmPath, LowpBackend};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{Fp8Format, HostMatrix, InputDtype, Usage};
 use burn_lowp::nn::{LayerNormLinear, LayerNormLinearConfig, Linear, LinearConfig, Normalization};
@@ -326,6 +326,67 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     exact[i] + c.values[i] as f64
                 ));
             }
+        }
+        // A backward's dgrad and wgrad as one group (on CUDA: one handshake, two streams, the
+        // BF16 output's cast queued after the group) equal the same GEMMs called one by one.
+        let group = B::lowp_gemm_group(vec![
+            GemmCall {
+                kind: GemmKind::Dgrad,
+                a: &qdy,
+                b: &qw,
+                options: GemmOptions::default(),
+            },
+            GemmCall {
+                kind: GemmKind::Wgrad,
+                a: &qdy,
+                b: &qx,
+                options: GemmOptions {
+                    out_dtype: FloatDType::BF16,
+                    accumulate: None,
+                },
+            },
+        ]);
+        let alone = [
+            B::lowp_gemm(GemmKind::Dgrad, &qdy, &qw, GemmOptions::default()),
+            B::lowp_gemm(
+                GemmKind::Wgrad,
+                &qdy,
+                &qx,
+                GemmOptions {
+                    out_dtype: FloatDType::BF16,
+                    accumulate: None,
+                },
+            ),
+        ];
+        match (group, alone) {
+            (Ok(group), [Ok(dx), Ok(dw)]) if group.len() == 2 => {
+                for (what, got, want) in group
+                    .into_iter()
+                    .zip([dx, dw])
+                    .zip(["dgrad", "wgrad"])
+                    .map(|((g, w), what)| {
+                        (
+                            what,
+                            crate::common::read_f32::<B>(g),
+                            crate::common::read_f32::<B>(w),
+                        )
+                    })
+                {
+                    let differ = got
+                        .iter()
+                        .zip(&want)
+                        .filter(|(g, w)| g.to_bits() != w.to_bits())
+                        .count();
+                    if differ > 0 || got.len() != want.len() {
+                        failures.push(format!("{name} grouped {what}: {differ} of {} values differ from the GEMM alone", want.len()));
+                    }
+                }
+            }
+            (group, alone) => failures.push(format!(
+                "{name} grouped dgrad + wgrad: {:?} outputs, alone {:?}",
+                group.map(|g| g.len()).map_err(|e| e.to_string()),
+                alone.iter().map(|r| r.is_ok()).collect::<Vec<_>>()
+            )),
         }
     }
     assert!(
