@@ -4,8 +4,9 @@
 //!
 //! Tiling: a cube of 256 units covers 32 rows x 256 columns; each unit owns 4 rows x 8 columns,
 //! so it writes 2 rowwise words per row and one columnwise word (4 codes along M) per column.
-//! Units are numbered row-group first, so the 8 units of a column write one contiguous 32-byte
-//! run of the transposed output.
+//! With a columnwise copy, units are numbered row-group first, so the 8 units of a column write
+//! one contiguous 32-byte run of the transposed output; rowwise only, strip first, so a warp reads
+//! and writes along rows.
 //!
 //! Grouped (MoE) mode gives each group of rows its own scale and its own transposed columnwise
 //! block, exactly as quantizing each group's slice on its own would.
@@ -58,8 +59,15 @@ pub fn fp8_cast_kernel<N: Size>(
     #[comptime] config: Fp8CastConfig,
 ) {
     let unit = UNIT_POS as usize;
-    let group = unit % FP8_ROW_GROUPS;
-    let strip = unit / FP8_ROW_GROUPS;
+    // With a columnwise copy, row groups vary fastest within a warp (its transposed stores along M
+    // then coalesce); rowwise only, strips do (a warp's loads cover 512 contiguous bytes of a row
+    // instead of 64 bytes of eight rows, and its stores 256).
+    let mut group = unit / FP8_STRIPS;
+    let mut strip = unit % FP8_STRIPS;
+    if comptime![config.columnwise] {
+        group = unit % FP8_ROW_GROUPS;
+        strip = unit / FP8_ROW_GROUPS;
+    }
     let tile_row0 = CUBE_POS_Y as usize * FP8_TILE_ROWS;
     let row0 = tile_row0 + group * FP8_ROWS_PER_UNIT;
     let col0 = CUBE_POS_X as usize * FP8_TILE_COLS + strip * 8;
