@@ -6,6 +6,11 @@
 //!   (cuBLASLt BF16), FP8 per-tensor (E4M3 x E4M3, fast accumulation) and FP8 block (1x128 x
 //!   128x128) on 4096³, 8192³ and 16384x8192x8192, each with both stream orderings
 //!   (`device_flags`, the default, and `host_sync`); TFLOP/s = 2·M·N·K / time.
+//!   Each also gets `host_us` (host time per call: the enqueue loop before the device sync) and,
+//!   for `device_flags`, a `gemm_phases` line splitting that host time by phase (`GemmPhase`).
+//!   The shapes include 1024³, 2048³ and the MoE example's projection and expert shapes.
+//! * `burn_matmul`: Burn's own BF16 matmul (CubeCL, no ordering handshake) on the same shapes.
+//! * `handshake`: the ordering handshake alone (a group of no GEMMs), GPU+host and host time.
 //! * `gemm_raw`: the same BF16 GEMMs enqueued straight on our cuBLASLt stream, no CubeCL ordering
 //!   at all, and small shapes where a per-GEMM overhead shows: the interop cost is the difference.
 //! * `linear_step`: `Linear` (8192 -> 8192, bias, BF16 parameters and activations) forward +
@@ -27,9 +32,9 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::cublaslt::{
-    set_stream_ordering, CublasLt, LtGemm, LtOperand, StreamOrdering,
+    run_group_on_cubecl_buffers, set_stream_ordering, CublasLt, LtGemm, LtOperand, StreamOrdering,
 };
-use burn_lowp::backend::{GemmKind, GemmOptions, LowpBackend};
+use burn_lowp::backend::{gemm_profile, set_gemm_profiling, GemmKind, GemmOptions, LowpBackend};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::LinearConfig;
@@ -85,21 +90,27 @@ fn main() {
         out_dtype: burn::tensor::FloatDType::BF16,
         accumulate: None,
     };
+    // Square shapes, then the MoE example's (configs/moe-235m.json: 4096 tokens per micro-batch,
+    // hidden 1024): QKV and attention-out projections, and an expert's fc1 (SwiGLU, 2048 wide)
+    // and fc2 at its ~1024 routed tokens.
     let shapes = [
         (1024usize, 1024usize, 1024usize),
         (2048, 2048, 2048),
         (4096, 4096, 4096),
         (8192, 8192, 8192),
         (16384, 8192, 8192),
+        (4096, 3072, 1024),
+        (4096, 1024, 1024),
+        (1024, 2048, 1024),
     ];
+    report_handshake(&client);
     for (m, n, k) in shapes {
         let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), &device);
         let w = Tensor::<B, 2>::random([n, k], Distribution::Normal(0.0, 1.0), &device);
         let flops = 2.0 * (m * n * k) as f64;
         let iterations = (1e14 / flops).clamp(20.0, 400.0) as usize;
-        let small = m < 4096;
         for (name, xs, ws) in &formats {
-            if (small && *name != "bf16") || !selected(&format!("gemm {name} {m}x{n}x{k}")) {
+            if !selected(&format!("gemm {name} {m}x{n}x{k}")) {
                 continue;
             }
             let (qx, qw) = (quantized(&x, xs), quantized(&w, ws));
@@ -116,16 +127,40 @@ fn main() {
                 ("host_sync", StreamOrdering::HostSync),
             ] {
                 set_stream_ordering(ordering);
-                let seconds = time(&client, iterations, 3, || {
+                let call = || {
                     let _ = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
-                });
+                };
+                let seconds = time(&client, iterations, 3, call);
+                let host = host_time(&client, iterations, call);
                 println!(
-                    "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"path\":\"{path:?}\",\"ordering\":\"{ordering_name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+                    "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"path\":\"{path:?}\",\"ordering\":\"{ordering_name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"host_us\":{:.1},\"tflops\":{:.1}}}",
                     seconds * 1e6,
+                    host * 1e6,
                     flops / seconds / 1e12
                 );
+                if ordering == StreamOrdering::DeviceFlags {
+                    report_phases(
+                        &client,
+                        &format!("gemm {name} {m}x{n}x{k}"),
+                        iterations,
+                        call,
+                    );
+                }
             }
             set_stream_ordering(StreamOrdering::DeviceFlags);
+        }
+        // Burn's own matmul (CubeCL, on CubeCL's stream, no ordering handshake), BF16.
+        if selected(&format!("burn_matmul bf16 {m}x{n}x{k}")) {
+            let wt = w.clone().transpose();
+            let call = || {
+                let _ = x.clone().matmul(wt.clone());
+            };
+            let seconds = time(&client, iterations, 3, call);
+            println!(
+                "{{\"bench\":\"burn_matmul\",\"format\":\"bf16\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+                seconds * 1e6,
+                flops / seconds / 1e12
+            );
         }
         // The same BF16 GEMM straight on our stream: no ordering against CubeCL at all.
         if !selected(&format!("gemm_raw bf16 {m}x{n}x{k}")) {
@@ -249,4 +284,56 @@ fn main() {
             flops / seconds / 1e12
         );
     }
+}
+
+/// Host seconds per call: the wall clock of `iterations` back-to-back calls before the device is
+/// synchronized (what the CPU spends enqueueing; equals the time per call when the host bounds).
+fn host_time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
+    sync(client);
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    let host = start.elapsed().as_secs_f64() / iterations as f64;
+    sync(client);
+    host
+}
+
+/// One JSON line with the mean host microseconds of each phase of a call (`GemmPhase`).
+fn report_phases(
+    client: &ComputeClient<CudaRuntime>,
+    case: &str,
+    iterations: usize,
+    f: impl FnMut(),
+) {
+    set_gemm_profiling(true);
+    let _ = host_time(client, iterations, f);
+    let phases: Vec<String> = gemm_profile()
+        .iter()
+        .map(|(phase, us, _)| format!("\"{}\":{us:.2}", phase.name()))
+        .collect();
+    set_gemm_profiling(false);
+    println!(
+        "{{\"bench\":\"gemm_phases\",\"case\":\"{case}\",\"host_us\":{{{}}}}}",
+        phases.join(",")
+    );
+}
+
+/// The ordering handshake alone: a group of no GEMMs through the same path (READY signal and
+/// wait, DONE write and wait), time per call and host time per call.
+fn report_handshake(client: &ComputeClient<CudaRuntime>) {
+    if !selected("handshake") {
+        return;
+    }
+    let call = || {
+        run_group_on_cubecl_buffers(client, 0, &[], |_| Vec::new()).expect("handshake");
+    };
+    let seconds = time(client, 400, 3, call);
+    let host = host_time(client, 400, call);
+    println!(
+        "{{\"bench\":\"handshake\",\"time_us\":{:.2},\"host_us\":{:.2}}}",
+        seconds * 1e6,
+        host * 1e6
+    );
+    report_phases(client, "handshake", 400, call);
 }

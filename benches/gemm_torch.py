@@ -12,6 +12,7 @@ per case: our TFLOP/s (or step time) over PyTorch's.
 """
 import argparse
 import json
+import time
 
 import torch
 
@@ -73,24 +74,40 @@ def linear_cases(tokens, features):
     return cases
 
 
+def host_time(fn, iterations):
+    """Host seconds per call: the enqueue loop before the device is synchronized."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    host = (time.perf_counter() - start) / iterations
+    torch.cuda.synchronize()
+    return host
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ours", help="JSON lines from benches/gemm.rs to compare with")
     args = parser.parse_args()
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}))
     theirs = {}
-    for m, n, k in [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192)]:
+    shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192),
+              # the MoE example's projections and expert GEMMs (as benches/gemm.rs)
+              (4096, 3072, 1024), (4096, 1024, 1024), (1024, 2048, 1024)]
+    for m, n, k in shapes:
         flops = 2.0 * m * n * k
         iterations = int(min(400, max(20, 1e14 / flops)))
         for name, fn in gemm_cases(m, n, k).items():
             try:
                 seconds = timed(fn, iterations)
+                host = host_time(fn, iterations)
             except Exception as e:  # noqa: BLE001 - report which variants this build lacks
                 print(json.dumps({"bench": "gemm", "impl": "torch", "format": name, "m": m, "n": n, "k": k, "error": str(e)[:300]}))
                 continue
             theirs[("gemm", name, m, n, k)] = flops / seconds / 1e12
             print(json.dumps({"bench": "gemm", "impl": "torch", "format": name, "m": m, "n": n, "k": k,
-                              "time_us": round(seconds * 1e6, 1), "tflops": round(flops / seconds / 1e12, 1)}))
+                              "time_us": round(seconds * 1e6, 1), "host_us": round(host * 1e6, 1),
+                              "tflops": round(flops / seconds / 1e12, 1)}))
     tokens = features = 8192
     for name, fn in linear_cases(tokens, features).items():
         try:
@@ -109,6 +126,11 @@ def main():
             t = theirs.get(("gemm", o["format"], o["m"], o["n"], o["k"]))
             if t:
                 print(json.dumps({"compare": "gemm_tflops_ours_over_torch", "format": o["format"], "m": o["m"], "n": o["n"], "k": o["k"],
+                                  "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
+        if o.get("bench") == "burn_matmul":
+            t = theirs.get(("gemm", "bf16", o["m"], o["n"], o["k"]))
+            if t:
+                print(json.dumps({"compare": "burn_matmul_tflops_over_torch", "m": o["m"], "n": o["n"], "k": o["k"],
                                   "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
         if o.get("bench") == "linear_step" and "time_us" in o:
             base = theirs.get(("linear_step", "torch_bf16"))

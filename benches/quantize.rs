@@ -5,6 +5,7 @@
 //! `gbps` = (input bytes + output bytes) / time, `copy_gbps` = 2 * input bytes / copy time, and
 //! their ratio. Current scaling and NVFP4 read the input twice (amax pass, then cast); their
 //! bytes still count the input once, so the ratio shows the cost of the second pass.
+//! `fp8-e4m3-scale` is the FP8 cast with a known scale (delayed scaling): one pass.
 //! Timing: wall clock around N back-to-back launches between two device synchronizations, which
 //! includes launch and output-allocation overhead.
 
@@ -139,6 +140,29 @@ fn main() {
         });
         let copy_gbps = 2.0 * input_bytes as f64 / copy_seconds / 1e9;
         println!("{{\"bench\":\"copy\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{copy_gbps:.1}}}", copy_seconds * 1e6);
+        // FP8 with a known scale (delayed scaling's cast): one pass over the input.
+        let scale = Backend::float_from_host(
+            &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![0.5]).unwrap(),
+            &device,
+        );
+        for (usage_name, usage) in usages {
+            let seconds = time(&client, iterations, 1, || {
+                let _ = Backend::quantize_fp8_with_scale(
+                    input.clone(),
+                    Fp8Format::E4M3,
+                    scale.clone(),
+                    usage,
+                )
+                .expect("quantize");
+            });
+            let directions = usage.rowwise as usize + usage.columnwise as usize;
+            let gbps = (input_bytes + directions * elements) as f64 / seconds / 1e9;
+            println!(
+                "{{\"bench\":\"quantize\",\"format\":\"fp8-e4m3-scale\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
+                seconds * 1e6,
+                gbps / copy_gbps
+            );
+        }
         for (name, config) in &configs {
             for (usage_name, usage) in usages {
                 let seconds = time(&client, iterations, 1, || {
