@@ -26,7 +26,7 @@ mod cases;
 #[path = "common/timing.rs"]
 mod timing;
 use cases::{recipe, selected};
-use timing::{sync, time};
+use timing::{host_time, sync, time};
 
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
@@ -284,19 +284,6 @@ fn main() {
             flops / seconds / 1e12
         );
     }
-}
-
-/// Host seconds per call: the wall clock of `iterations` back-to-back calls before the device is
-/// synchronized (what the CPU spends enqueueing; equals the time per call when the host bounds).
-fn host_time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
-    sync(client);
-    let start = Instant::now();
-    for _ in 0..iterations {
-        f();
-    }
-    let host = start.elapsed().as_secs_f64() / iterations as f64;
-    sync(client);
-    host
 }
 
 /// One JSON line with the mean host microseconds of each phase of a call (`GemmPhase`).

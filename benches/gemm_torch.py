@@ -12,11 +12,10 @@ per case: our TFLOP/s (or step time) over PyTorch's.
 """
 import argparse
 import json
-import time
 
 import torch
 
-from torch_timing import timed
+from torch_timing import host_time, timed
 
 FP8 = torch.float8_e4m3fn
 
@@ -72,17 +71,6 @@ def linear_cases(tokens, features):
             y.backward(torch.ones_like(y))
         cases[name] = step
     return cases
-
-
-def host_time(fn, iterations):
-    """Host seconds per call: the enqueue loop before the device is synchronized."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        fn()
-    host = (time.perf_counter() - start) / iterations
-    torch.cuda.synchronize()
-    return host
 
 
 def main():

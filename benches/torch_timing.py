@@ -19,3 +19,14 @@ def timed(fn, iterations):
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / iterations)
     return best
+
+
+def host_time(fn, iterations):
+    """Host seconds per call: the enqueue loop before the device is synchronized."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    host = (time.perf_counter() - start) / iterations
+    torch.cuda.synchronize()
+    return host

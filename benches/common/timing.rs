@@ -34,3 +34,18 @@ pub fn time(
         })
         .fold(f64::INFINITY, f64::min)
 }
+
+/// Host seconds per call: the wall clock of `iterations` back-to-back calls before the device is
+/// synchronized (what the CPU spends enqueueing; equals the time per call when the host bounds).
+/// Not every bench that includes this file reports host time.
+#[allow(dead_code)]
+pub fn host_time(client: &ComputeClient<CudaRuntime>, iterations: usize, mut f: impl FnMut()) -> f64 {
+    sync(client);
+    let start = Instant::now();
+    for _ in 0..iterations {
+        f();
+    }
+    let host = start.elapsed().as_secs_f64() / iterations as f64;
+    sync(client);
+    host
+}
