@@ -31,6 +31,15 @@ pub enum Command {
     Quantize(QuantizeArgs),
     /// Print, per tensor, shape, dtype, amax and each format's underflow % and MSE.
     Inspect(InspectArgs),
+    /// Summarise a run's debug logs (a debug session's log directory): per layer and GEMM the
+    /// AutoswitchGemm switches and worst tensors, per layer and tensor the quantization statistics.
+    DebugSummary(DebugSummaryArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DebugSummaryArgs {
+    /// The directory holding autoswitch-rank<r>.jsonl / debug_stats-rank<r>.jsonl.
+    pub dir: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -474,5 +483,8 @@ pub fn run(cli: &Cli) -> Result<String> {
     match &cli.command {
         Command::Quantize(args) => run_quantize(args),
         Command::Inspect(args) => run_inspect(args),
+        Command::DebugSummary(args) => {
+            Ok(crate::debug::summary::DebugSummary::read(&args.dir)?.to_markdown())
+        }
     }
 }

@@ -56,6 +56,7 @@ fn train_run<'a>(config: &'a RunConfig, recipe: &'a burn_lowp::recipe::Recipe, c
         stop_after: None,
         progress: false,
         memory_probe: None,
+        debug: None,
     }
 }
 

@@ -36,6 +36,7 @@ pub mod random;
 pub mod reduce;
 pub mod row_scale;
 pub mod scale;
+pub mod stats;
 pub mod stream_flags;
 pub mod swizzle;
 

@@ -889,6 +889,38 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         quantize_plain::<R, Self>(x, config, usage, false, Some(amax))
     }
 
+    fn lowp_tensor_stats(
+        x: FloatTensor<Self>,
+        error: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+    ) -> Result<Self::Bytes> {
+        let (rows, cols) = matrix_dims(&x.shape().as_slice());
+        if rows == 0 || cols % 2 != 0 {
+            return super::tensor_stats_on_host::<Self>(x, error);
+        }
+        let kind = elem_kind(x.dtype, "debug statistics input")?;
+        let x = prepare(x);
+        let client = x.client.clone();
+        let error = error.map(|(dq, limit)| {
+            let dq = prepare(Self::float_cast(dq, burn::tensor::FloatDType::F32));
+            let limit = prepare(Self::float_cast(limit, burn::tensor::FloatDType::F32));
+            (dq, limit)
+        });
+        let input = InputMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        };
+        let handle = kernels::stats::tensor_stats(
+            &client,
+            input,
+            error.as_ref().map(|(dq, limit)| (&dq.handle, &limit.handle)),
+        )
+        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
+        let len = kernels::stats::stats_tiles(rows, cols) * kernels::stats::STAT_FIELDS * 4;
+        Ok(bytes(&client, &x.device, handle, len))
+    }
+
     fn lowp_norm_forward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,

@@ -6,6 +6,8 @@
 //!   within [`BLOCKING_WAIT`]), `split_wait_us` is the time waited in all.
 //! * `gemm_autotunes`: new GEMM shapes timed on the GPU (one host wait each, once per shape).
 //! * `stream_setups`: flag buffers zeroed for a new CubeCL stream (once per stream).
+//! * `debug_metric_reads`: AutoswitchGemm metrics read on the host before a GEMM (debug sessions
+//!   only); `blocking_debug_metric_reads` of those waited for the GPU, `debug_wait_us` in all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +21,9 @@ static BLOCKING_SPLIT_READS: AtomicU64 = AtomicU64::new(0);
 static SPLIT_WAIT_US: AtomicU64 = AtomicU64::new(0);
 static GEMM_AUTOTUNES: AtomicU64 = AtomicU64::new(0);
 static STREAM_SETUPS: AtomicU64 = AtomicU64::new(0);
+static DEBUG_METRIC_READS: AtomicU64 = AtomicU64::new(0);
+static BLOCKING_DEBUG_METRIC_READS: AtomicU64 = AtomicU64::new(0);
+static DEBUG_WAIT_US: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the counters (process-wide, all devices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -28,6 +33,9 @@ pub struct HostSyncs {
     pub split_wait_us: u64,
     pub gemm_autotunes: u64,
     pub stream_setups: u64,
+    pub debug_metric_reads: u64,
+    pub blocking_debug_metric_reads: u64,
+    pub debug_wait_us: u64,
 }
 
 impl HostSyncs {
@@ -39,12 +47,19 @@ impl HostSyncs {
             split_wait_us: self.split_wait_us - earlier.split_wait_us,
             gemm_autotunes: self.gemm_autotunes - earlier.gemm_autotunes,
             stream_setups: self.stream_setups - earlier.stream_setups,
+            debug_metric_reads: self.debug_metric_reads - earlier.debug_metric_reads,
+            blocking_debug_metric_reads: self.blocking_debug_metric_reads
+                - earlier.blocking_debug_metric_reads,
+            debug_wait_us: self.debug_wait_us - earlier.debug_wait_us,
         }
     }
 
     /// Synchronizations that stalled the host on the GPU.
     pub fn blocking(&self) -> u64 {
-        self.blocking_split_reads + self.gemm_autotunes + self.stream_setups
+        self.blocking_split_reads
+            + self.gemm_autotunes
+            + self.stream_setups
+            + self.blocking_debug_metric_reads
     }
 }
 
@@ -55,6 +70,9 @@ pub fn host_syncs() -> HostSyncs {
         split_wait_us: SPLIT_WAIT_US.load(Ordering::Relaxed),
         gemm_autotunes: GEMM_AUTOTUNES.load(Ordering::Relaxed),
         stream_setups: STREAM_SETUPS.load(Ordering::Relaxed),
+        debug_metric_reads: DEBUG_METRIC_READS.load(Ordering::Relaxed),
+        blocking_debug_metric_reads: BLOCKING_DEBUG_METRIC_READS.load(Ordering::Relaxed),
+        debug_wait_us: DEBUG_WAIT_US.load(Ordering::Relaxed),
     }
 }
 
@@ -74,4 +92,12 @@ pub(crate) fn record_gemm_autotune() {
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn record_stream_setup() {
     STREAM_SETUPS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn record_debug_metric_read(waited: Duration) {
+    DEBUG_METRIC_READS.fetch_add(1, Ordering::Relaxed);
+    DEBUG_WAIT_US.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+    if waited > BLOCKING_WAIT {
+        BLOCKING_DEBUG_METRIC_READS.fetch_add(1, Ordering::Relaxed);
+    }
 }

@@ -258,6 +258,18 @@ pub trait LowpBackend: Backend {
         })
     }
 
+    /// Per-tile partial statistics of `x` (viewed as `[rows, cols]`) for the debug tools: f32
+    /// `[tiles, STAT_FIELDS]` bytes (`debug::stats`). With `error = (dequantized, limit)` (an f32
+    /// copy of `x` after quantization, same shape, and a one-element f32 overflow limit) the
+    /// quantization terms too. One read of `x` on device backends; this default computes the
+    /// reference on the host (NdArray; a device backend falls back to it for odd `cols`).
+    fn lowp_tensor_stats(
+        x: FloatTensor<Self>,
+        error: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+    ) -> Result<Self::Bytes> {
+        tensor_stats_on_host::<Self>(x, error)
+    }
+
     /// The path `lowp_gemm` takes for these operands.
     fn gemm_path(
         _kind: GemmKind,
@@ -266,6 +278,35 @@ pub trait LowpBackend: Backend {
     ) -> GemmPath {
         GemmPath::DequantizeMatmul
     }
+}
+
+/// `LowpBackend::lowp_tensor_stats` computed on the host (reads the tensors).
+pub fn tensor_stats_on_host<B: LowpBackend>(
+    x: FloatTensor<B>,
+    error: Option<(FloatTensor<B>, FloatTensor<B>)>,
+) -> Result<B::Bytes> {
+    use burn::tensor::{FloatDType, TensorMetadata};
+    let device = B::float_device(&x);
+    let (rows, cols) = matrix_dims(x.shape().as_slice());
+    let read = |t: FloatTensor<B>| -> Result<Vec<f32>> {
+        burn::tensor::read_sync(B::float_into_data(B::float_cast(t, FloatDType::F32)))
+            .map_err(|e| crate::error::LowpError::invalid("tensor read", "failed", format!("{e:?}")))?
+            .to_vec::<f32>()
+            .map_err(|e| crate::error::LowpError::invalid("tensor read", "f32", format!("{e:?}")))
+    };
+    let values = read(x)?;
+    let error = match error {
+        Some((dq, limit)) => Some((read(dq)?, read(limit)?[0])),
+        None => None,
+    };
+    let partials = crate::debug::stats::tile_partials(
+        &values,
+        rows,
+        cols,
+        error.as_ref().map(|(dq, limit)| (dq.as_slice(), *limit)),
+    );
+    let bytes = partials.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(B::bytes_from_host(bytes, &device))
 }
 
 /// The 2D view `[prod(shape[..-1]), shape[-1]]` of a tensor shape.

@@ -1,7 +1,20 @@
 //! How much a quantization loses, measured as TE's debug tools measure it
-//! (`debug/features/utils/stats_computation.py`, AutoswitchGemm).
+//! (`debug/features/utils/stats_computation.py`, AutoswitchGemm), and the tensor statistics of
+//! `LogTensorStats`.
+//!
+//! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles,
+//! one 1x32 block per unit); `tile_partials` here is its reference, step for step in the same
+//! order (so sums, counts, minima and maxima agree; logarithms within the runtime's `ln`).
+//! `TensorStats` reduces the tiles in f64 and accumulates micro-batches by adding sums and counts
+//! (the same as TE's Welford merge, up to rounding).
 
 use crate::error::{LowpError, Result};
+pub use burn_lowp_kernels::stats::{
+    ABS_SUM, AMAX, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS, NONZERO, OVERFLOWS,
+    SQUARED_ERROR, STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
+};
+
+use super::config::{QuantizedStat, TensorStat};
 
 /// Quality of one quantized tensor against its high-precision source.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +52,255 @@ impl QuantizationError {
             underflow_pct: 100.0 * underflows as f64 / n,
             mse: squared / n,
         })
+    }
+}
+
+
+fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
+    if amax > 0.0 {
+        amax.ln() - min_nonzero.ln()
+    } else {
+        0.0
+    }
+}
+
+fn tree_sum(values: &mut [f32; STATS_TILE]) -> f32 {
+    let mut stride = STATS_TILE / 2;
+    while stride > 0 {
+        for u in 0..stride {
+            values[u] += values[u + stride];
+        }
+        stride /= 2;
+    }
+    values[0]
+}
+
+fn tree_max(values: &[f32; STATS_TILE]) -> f32 {
+    values.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
+/// The per-tile partials the device kernel writes (`[tiles, STAT_FIELDS]`, tiles row-major), for
+/// `values [rows, cols]` and, with `error`, its dequantized copy and the overflow limit.
+pub fn tile_partials(
+    values: &[f32],
+    rows: usize,
+    cols: usize,
+    error: Option<(&[f32], f32)>,
+) -> Vec<f32> {
+    let tile_cols = cols.div_ceil(STATS_TILE);
+    let tiles = rows.div_ceil(STATS_TILE) * tile_cols;
+    let mut out = vec![0.0f32; tiles * STAT_FIELDS];
+    for tile in 0..tiles {
+        let first = (tile % tile_cols) * STATS_TILE;
+        let end = (first + STATS_TILE).min(cols);
+        let mut units = [[0.0f32; STAT_FIELDS]; STATS_TILE];
+        for (u, acc) in units.iter_mut().enumerate() {
+            acc[MIN] = f32::INFINITY;
+            acc[MAX] = f32::NEG_INFINITY;
+            acc[MIN_NONZERO_ABS] = f32::INFINITY;
+            let row = (tile / tile_cols) * STATS_TILE + u;
+            if row < rows {
+                for c in first..end {
+                    let v = values[row * cols + c];
+                    if v != 0.0 {
+                        acc[NONZERO] += 1.0;
+                    }
+                    acc[SUM] += v;
+                    acc[SUM_SQUARES] += v * v;
+                    let a = v.abs();
+                    acc[ABS_SUM] += a;
+                    if v < acc[MIN] {
+                        acc[MIN] = v;
+                    }
+                    if v > acc[MAX] {
+                        acc[MAX] = v;
+                    }
+                    if a > acc[AMAX] {
+                        acc[AMAX] = a;
+                    }
+                    if a > 0.0 && a < acc[MIN_NONZERO_ABS] {
+                        acc[MIN_NONZERO_ABS] = a;
+                    }
+                    if let Some((dq, limit)) = error {
+                        let d = dq[row * cols + c];
+                        if v != 0.0 && d == 0.0 {
+                            acc[UNDERFLOWS] += 1.0;
+                        }
+                        let e2 = (v - d) * (v - d);
+                        if e2 < f32::INFINITY {
+                            acc[SQUARED_ERROR] += e2;
+                        }
+                        if a > limit {
+                            acc[OVERFLOWS] += 1.0;
+                        }
+                    }
+                }
+            }
+            acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
+        }
+        let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
+        let t = &mut out[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS];
+        for f in [NONZERO, SUM, SUM_SQUARES, ABS_SUM] {
+            t[f] = tree_sum(&mut field(f));
+        }
+        t[MIN] = -tree_max(&field(MIN).map(|v| -v));
+        t[MAX] = tree_max(&field(MAX));
+        t[AMAX] = tree_max(&field(AMAX));
+        t[MIN_NONZERO_ABS] = -tree_max(&field(MIN_NONZERO_ABS).map(|v| -v));
+        t[MAX_LN_RANGE_1D] = tree_max(&field(MAX_LN_RANGE_1D));
+        t[LN_RANGE_2D] = ln_range(t[AMAX], t[MIN_NONZERO_ABS]);
+        if error.is_some() {
+            for f in [UNDERFLOWS, SQUARED_ERROR, OVERFLOWS] {
+                t[f] = tree_sum(&mut field(f));
+            }
+        }
+    }
+    out
+}
+
+/// Statistics of one tensor (accumulated over micro-batches), reduced from tile partials.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorStats {
+    pub numel: u64,
+    pub nonzero: f64,
+    pub sum: f64,
+    pub sum_squares: f64,
+    pub abs_sum: f64,
+    pub min: f64,
+    pub max: f64,
+    pub amax: f64,
+    pub min_nonzero_abs: f64,
+    pub max_ln_range_1d: f64,
+    pub max_ln_range_2d: f64,
+    pub underflows: f64,
+    pub squared_error: f64,
+    pub overflows: f64,
+}
+
+impl TensorStats {
+    /// Reduces f32 `[tiles, STAT_FIELDS]` partials (as little-endian bytes or values) of a tensor
+    /// of `numel` elements.
+    pub fn from_partials(partials: &[f32], numel: u64) -> TensorStats {
+        let mut s = TensorStats {
+            numel,
+            nonzero: 0.0,
+            sum: 0.0,
+            sum_squares: 0.0,
+            abs_sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            amax: 0.0,
+            min_nonzero_abs: f64::INFINITY,
+            max_ln_range_1d: 0.0,
+            max_ln_range_2d: 0.0,
+            underflows: 0.0,
+            squared_error: 0.0,
+            overflows: 0.0,
+        };
+        for t in partials.chunks_exact(STAT_FIELDS) {
+            let f = |i: usize| t[i] as f64;
+            s.nonzero += f(NONZERO);
+            s.sum += f(SUM);
+            s.sum_squares += f(SUM_SQUARES);
+            s.abs_sum += f(ABS_SUM);
+            s.min = s.min.min(f(MIN));
+            s.max = s.max.max(f(MAX));
+            s.amax = s.amax.max(f(AMAX));
+            s.min_nonzero_abs = s.min_nonzero_abs.min(f(MIN_NONZERO_ABS));
+            s.max_ln_range_1d = s.max_ln_range_1d.max(f(MAX_LN_RANGE_1D));
+            s.max_ln_range_2d = s.max_ln_range_2d.max(f(LN_RANGE_2D));
+            s.underflows += f(UNDERFLOWS);
+            s.squared_error += f(SQUARED_ERROR);
+            s.overflows += f(OVERFLOWS);
+        }
+        s
+    }
+
+    pub fn from_partial_bytes(bytes: &[u8], numel: u64) -> TensorStats {
+        let values: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        TensorStats::from_partials(&values, numel)
+    }
+
+    /// Accumulates another micro-batch of the same tensor.
+    pub fn merge(&mut self, o: &TensorStats) {
+        self.numel += o.numel;
+        self.nonzero += o.nonzero;
+        self.sum += o.sum;
+        self.sum_squares += o.sum_squares;
+        self.abs_sum += o.abs_sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+        self.amax = self.amax.max(o.amax);
+        self.min_nonzero_abs = self.min_nonzero_abs.min(o.min_nonzero_abs);
+        self.max_ln_range_1d = self.max_ln_range_1d.max(o.max_ln_range_1d);
+        self.max_ln_range_2d = self.max_ln_range_2d.max(o.max_ln_range_2d);
+        self.underflows += o.underflows;
+        self.squared_error += o.squared_error;
+        self.overflows += o.overflows;
+    }
+
+    fn n(&self) -> f64 {
+        self.numel.max(1) as f64
+    }
+
+    /// One `LogTensorStats` statistic.
+    pub fn stat(&self, stat: TensorStat) -> f64 {
+        let n = self.n();
+        match stat {
+            TensorStat::Min => self.min,
+            TensorStat::Max => self.max,
+            TensorStat::Mean => self.sum / n,
+            // Bessel-corrected, as torch.std.
+            TensorStat::Std => {
+                let mean = self.sum / n;
+                ((self.sum_squares - n * mean * mean).max(0.0) / (n - 1.0).max(1.0)).sqrt()
+            }
+            TensorStat::L1Norm => self.abs_sum,
+            TensorStat::L2Norm => self.sum_squares.sqrt(),
+            TensorStat::CurAmax => self.amax,
+            TensorStat::DynamicRange => {
+                if self.amax > 0.0 {
+                    self.amax.log2() - self.min_nonzero_abs.log2()
+                } else {
+                    0.0
+                }
+            }
+            TensorStat::MaxBlockwiseDynamicRange1d => self.max_ln_range_1d / std::f64::consts::LN_2,
+            TensorStat::MaxBlockwiseDynamicRange2d => self.max_ln_range_2d / std::f64::consts::LN_2,
+        }
+    }
+
+    /// The quantization error of these statistics (they must have been taken with the
+    /// dequantized copy).
+    pub fn quantization_error(&self) -> QuantizationError {
+        QuantizationError {
+            underflow_pct: 100.0 * self.underflows / self.n(),
+            mse: self.squared_error / self.n(),
+        }
+    }
+
+    /// `mse / mean(x²)`: the error relative to the tensor's power (scale-free).
+    pub fn relative_mse(&self) -> f64 {
+        let power = self.sum_squares / self.n();
+        if power > 0.0 {
+            self.squared_error / self.sum_squares
+        } else {
+            0.0
+        }
+    }
+
+    /// One `LogQuantizedTensorStats` statistic computed from the partials (the scale statistics
+    /// come from the scales, not from here: `None`).
+    pub fn quantized_stat(&self, stat: QuantizedStat) -> Option<f64> {
+        match stat {
+            QuantizedStat::Underflows => Some(100.0 * self.underflows / self.n()),
+            QuantizedStat::Overflows => Some(100.0 * self.overflows / self.n()),
+            QuantizedStat::Mse => Some(self.squared_error / self.n()),
+            QuantizedStat::ScaleInvMin | QuantizedStat::ScaleInvMax => None,
+        }
     }
 }
 

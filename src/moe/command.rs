@@ -11,6 +11,7 @@ use super::data::Corpus;
 use super::plot::{loss_curves, smooth, Curve};
 use super::run_config::RunConfig;
 use super::train::{train, RunSummary, TrainRun};
+use crate::debug::{DebugConfig, DebugSummary};
 use crate::error::LowpError;
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
@@ -48,6 +49,10 @@ pub struct MoeTrainArgs {
     /// No progress bar (logs and CI).
     #[arg(long)]
     pub quiet: bool,
+    /// Debug config (JSON; `burn_lowp::debug::config`): tensor statistics and AutoswitchGemm,
+    /// logged to `<out>/<recipe>/debug/`, with a switch summary at the end of each run.
+    #[arg(long, conflicts_with = "report")]
+    pub debug_config: Option<PathBuf>,
     /// Train nothing: draw the chart and write the table from the runs already in --out (each
     /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
     #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
@@ -140,6 +145,7 @@ where
         (Some(path), true) => vec![(label(path), Recipe::load(path)?)],
         (None, true) => vec![("bf16".into(), Recipe::from_json(r#"{"recipe": "bf16"}"#)?)],
     };
+    let debug = args.debug_config.as_ref().map(DebugConfig::load).transpose()?;
     let mut labels: Vec<&str> = recipes.iter().map(|r| r.0.as_str()).collect();
     labels.sort();
     labels.dedup();
@@ -170,9 +176,20 @@ where
                 stop_after: None,
                 progress: !args.quiet,
                 memory_probe,
+                debug: debug.as_ref(),
             },
             device,
         )?;
+        if debug.is_some() {
+            let dir = args.out.join(name).join("debug");
+            println!(
+                "{name}: debug logs in {} ({:.2} AutoswitchGemm metric reads per step, {:.2} of them waited for the GPU; `lowp debug-summary` for the statistics)\n{}",
+                dir.display(),
+                summary.debug_metric_reads_per_step,
+                summary.blocking_debug_metric_reads_per_step,
+                DebugSummary::read(&dir)?.switch_table()
+            );
+        }
         let path = args.out.join(name).join("summary.json");
         let json = serde_json::to_string_pretty(&summary).expect("summary serializes");
         std::fs::write(&path, json).map_err(|e| LowpError::file(&path, e))?;

@@ -25,6 +25,7 @@ use super::data::Corpus;
 use super::model::MoeLm;
 use super::run_config::RunConfig;
 use crate::backend::host_sync::host_syncs;
+use crate::debug::{DebugConfig, DebugSession};
 use crate::error::LowpError;
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
@@ -48,6 +49,8 @@ pub struct TrainRun<'a> {
     pub progress: bool,
     /// Bytes the device's memory pool holds, sampled at log points (peak memory).
     pub memory_probe: Option<&'a dyn Fn() -> u64>,
+    /// A debug config: statistics and AutoswitchGemm logs go to `<out_dir>/debug/`.
+    pub debug: Option<&'a DebugConfig>,
 }
 
 /// One logged step.
@@ -85,6 +88,11 @@ pub struct RunSummary {
     pub peak_memory_bytes: Option<u64>,
     /// Tokens per expert, summed over layers and the run's last step (load balance).
     pub last_loads: Vec<i64>,
+    /// With a debug config: AutoswitchGemm metric reads per step, and how many waited for the GPU.
+    #[serde(default)]
+    pub debug_metric_reads_per_step: f64,
+    #[serde(default)]
+    pub blocking_debug_metric_reads_per_step: f64,
 }
 
 fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> Vec<f32> {
@@ -188,8 +196,18 @@ where
     let mut intervals: Vec<(usize, f64)> = Vec::new(); // (steps, seconds)
     let mut peak_memory = run.memory_probe.map(|probe| probe());
     let mut last_loads: Vec<Tensor<B, 1, Int>> = Vec::new();
-    let mut interval_start = Instant::now();
     let last_step = run.stop_after.unwrap_or(train.steps).min(train.steps);
+    // The debug session lives on this thread for the training steps (not the held-out pass).
+    let debug = match run.debug {
+        Some(config) => {
+            let session = DebugSession::new(config.clone(), run.out_dir.join("debug"), 0)?;
+            session.set_iteration(first_step as u64);
+            Some(session)
+        }
+        None => None,
+    };
+    let installed = debug.as_ref().map(|s| s.install());
+    let mut interval_start = Instant::now();
 
     for step in first_step..last_step {
         let lr = train.learning_rate(step);
@@ -218,6 +236,9 @@ where
         last_loads = loads.clone();
         model.end_step(Some(loads));
         model = optim.step(lr, model, accumulator.grads());
+        if let Some(session) = &debug {
+            session.step()?;
+        }
         pending.push((step, lr, step_loss.expect("loss"), step_aux.expect("aux")));
 
         let done = step + 1;
@@ -270,6 +291,10 @@ where
     }
     save(&model, &optim, last_step)?;
     bar.finish();
+    if let Some(session) = &debug {
+        session.finish()?;
+    }
+    drop(installed);
 
     let ran = last_step.saturating_sub(first_step).max(1);
     let syncs = host_syncs().since(&syncs_before);
@@ -298,5 +323,7 @@ where
         blocking_split_reads_per_step: syncs.blocking_split_reads as f64 / ran as f64,
         peak_memory_bytes: peak_memory,
         last_loads,
+        debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,
+        blocking_debug_metric_reads_per_step: syncs.blocking_debug_metric_reads as f64 / ran as f64,
     })
 }

@@ -33,6 +33,7 @@ use crate::backend::{GroupLayout, Groups, LowpBackend};
 use crate::error::LowpError;
 
 type LowpResult<T> = std::result::Result<T, LowpError>;
+use crate::debug::LayerDebug;
 use crate::format::grouped::{uniform_groups, GROUP_ALIGN};
 use crate::ops::grouped_linear::run_wgrad;
 use crate::ops::{BackwardErrors, LowpLinear, PendingWgrad, RowMove, WgradTarget};
@@ -260,6 +261,11 @@ impl<B: LowpLinear> GroupedLinear<B> {
                 ),
             ));
         }
+        if let Some(debug) = LayerDebug::for_layer(&self.lowp.layout.name, &self.lowp.layout.kind)? {
+            if debug.acts() {
+                return self.forward_experts_one_by_one(x, layout, &debug);
+            }
+        }
         let [experts, out, inp] = self.weight.dims();
         // A weight gradient that goes to main_grad or backward_dw must not be awaited by the
         // graph: the weight enters the op detached (the op still computes its gradient; the
@@ -303,6 +309,54 @@ impl<B: LowpLinear> GroupedLinear<B> {
             None => y,
         };
         Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
+    }
+
+    /// The debug path (a debug session acts on this layer this iteration): each expert runs as
+    /// its own quantized linear op named `<name>.gemm_<g>` (TE's debug GroupedLinear), so that
+    /// statistics and AutoswitchGemm decisions are per expert. It reads the splits on the host
+    /// (counted in `host_syncs()`), quantizes each expert's weight in the call (no cache) and
+    /// returns the weight gradient through the autodiff graph.
+    fn forward_experts_one_by_one(
+        &self,
+        x: Tensor<B, 2>,
+        layout: &GroupLayout<B::Quant>,
+        debug: &LayerDebug,
+    ) -> LowpResult<Tensor<B, 2>> {
+        if self.delay_wgrad_compute || self.fuse_wgrad_accumulation {
+            return Err(LowpError::invalid(
+                format!("{} under a debug session", self.name()),
+                "delay_wgrad_compute or fuse_wgrad_accumulation",
+                "the debug tools run the experts one by one through the autodiff graph; turn these options off while the layer is debugged",
+            ));
+        }
+        let groups = layout.host_groups()?;
+        let [rows, _] = x.dims();
+        let [_, out, inp] = self.weight.dims();
+        let mut y = Tensor::<B, 2>::zeros([rows, out], &x.device());
+        for (g, group) in groups.iter().enumerate() {
+            if group.used == 0 {
+                continue;
+            }
+            // The expert's aligned rows (tokens, then zero padding to a multiple of 128): the
+            // shapes its quantizers accept; statistics leave the padding out.
+            let rows_g = group.start..group.start + group.len;
+            let xg = x.clone().slice([rows_g.clone(), 0..inp]);
+            let wg = self.weight.val().slice([g..g + 1, 0..out, 0..inp]).reshape([out, inp]);
+            let view = debug.expert(format!("{}.gemm_{g}", self.name()), group.used);
+            let op = self.lowp.linear_op_debug(g, None, Some(view));
+            let (yg, _) = B::lowp_linear(xg.into_primitive().tensor(), wg.into_primitive().tensor(), op)?;
+            let mut yg = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(yg));
+            if let Some(bias) = &self.bias {
+                // Biases on token rows only: padding rows stay zero.
+                let mask = Tensor::<B, 1, burn::tensor::Int>::arange(0..group.len as i64, &x.device())
+                    .lower_elem(group.used as i64)
+                    .float()
+                    .reshape([group.len, 1]);
+                yg = yg + mask * bias.val().slice([g..g + 1, 0..out]);
+            }
+            y = y.slice_assign([rows_g, 0..out], yg);
+        }
+        Ok(y)
     }
 
     /// Runs the weight gradients deferred by `delay_wgrad_compute` (oldest first; one per

@@ -261,8 +261,8 @@ impl<B: LowpLinear> LayerNormMlp<B> {
                 activation: self.activation,
                 params: self.activation_params,
             },
-            fc1: self.lowp.linear_op_with(0, fc1_cached),
-            fc2: self.lowp.linear_op_with(1, fc2_cached),
+            fc1: self.lowp.linear_op_with(0, fc1_cached)?,
+            fc2: self.lowp.linear_op_with(1, fc2_cached)?,
             wgrad: if self.delay_wgrad_compute {
                 MlpWgrad::Deferred(self.pending_store())
             } else {

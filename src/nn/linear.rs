@@ -95,7 +95,7 @@ pub(crate) fn linear_forward<B: LowpLinear, const D: usize>(
     }
     let rows: usize = dims[..D - 1].iter().product();
     let x = x.reshape([rows, in_features]);
-    let op = lowp.linear_op(0, is_first_microbatch);
+    let op = lowp.linear_op(0, is_first_microbatch)?;
     let (y, quantized_weight) = B::lowp_linear(
         x.into_primitive().tensor(),
         weight.val().into_primitive().tensor(),

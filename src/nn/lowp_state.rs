@@ -16,6 +16,7 @@ use crate::ops::{
     AmaxSink, BackwardErrors, DelayedSlot, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
     GroupedWeight, LinearOp, LowpLinear, OperandQuantizer, WeightOperand, WgradTarget,
 };
+use crate::debug::{LayerDebug, TensorKind};
 use crate::quant::state_tensor::OptionalState;
 use crate::quant::{DelayedScalingState, QuantizedTensor, QuantizerSpec};
 use crate::recipe::{ModuleQuantizers, Pass, Recipe, SlotLayout};
@@ -106,11 +107,30 @@ impl<B: Backend> LowpState<B> {
 }
 
 impl<B: LowpLinear> LowpState<B> {
-    fn operand(&self, pass: Pass, slot: usize, name: String) -> OperandQuantizer<B::Quant> {
+    fn operand(
+        &self,
+        pass: Pass,
+        slot: usize,
+        name: String,
+        per_tensor_scaling: bool,
+    ) -> OperandQuantizer<B::Quant> {
         let (quantizer, state) = match pass {
             Pass::Forward => (&self.quantizers.forward[slot], self.delayed_forward.as_ref()),
             Pass::Backward => (&self.quantizers.backward[slot], self.delayed_backward.as_ref()),
         };
+        // The debug feature PerTensorScaling: a delayed-scaling slot takes its own amax instead.
+        if let (true, QuantizerSpec::Fp8Delayed(config)) = (per_tensor_scaling, &quantizer.spec) {
+            return OperandQuantizer {
+                name,
+                spec: QuantizerSpec::Fp8Current {
+                    fp8: config.fp8_format.element_format(pass == Pass::Forward),
+                    pow2_scales: false,
+                    amax_epsilon: 0.0,
+                },
+                delayed: None,
+                seed: 0,
+            };
+        }
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
                 let record = state.clone();
@@ -138,12 +158,28 @@ impl<B: LowpLinear> LowpState<B> {
 
     /// The op of GEMM `gemm`: slots from the module's layout; the weight from the cache when
     /// `is_first_microbatch == Some(false)` and a cached copy exists.
-    pub fn linear_op(&self, gemm: usize, is_first_microbatch: Option<bool>) -> LinearOp<B::Quant> {
+    pub fn linear_op(
+        &self,
+        gemm: usize,
+        is_first_microbatch: Option<bool>,
+    ) -> Result<LinearOp<B::Quant>> {
         let cached = match is_first_microbatch {
             Some(false) => self.cache.get::<QuantizedTensor<B::Quant>>(),
             _ => None,
         };
         self.linear_op_with(gemm, cached)
+    }
+
+    /// The debug view of this module's GEMM `gemm` when a debug session on this thread selects
+    /// the module (`debug::session`); LayerNormMLP's GEMMs are named `<name>.fc1` / `.fc2`.
+    pub fn layer_debug(&self, gemm: usize) -> Result<Option<LayerDebug>> {
+        let debug = LayerDebug::for_layer(&self.layout.name, &self.layout.kind)?;
+        Ok(debug.map(|d| match self.layout.kind {
+            crate::recipe::ModuleKind::LayerNormMlp => {
+                d.sublayer(format!("{}.fc{}", self.layout.name, gemm + 1))
+            }
+            _ => d,
+        }))
     }
 
     /// The op of GEMM `gemm` with its weight from `cached` when given (modules with several
@@ -152,7 +188,19 @@ impl<B: LowpLinear> LowpState<B> {
         &self,
         gemm: usize,
         cached: Option<QuantizedTensor<B::Quant>>,
+    ) -> Result<LinearOp<B::Quant>> {
+        let debug = self.layer_debug(gemm)?;
+        Ok(self.linear_op_debug(gemm, cached, debug))
+    }
+
+    /// `linear_op_with` under a given debug view (a grouped layer's experts name their own).
+    pub fn linear_op_debug(
+        &self,
+        gemm: usize,
+        cached: Option<QuantizedTensor<B::Quant>>,
+        debug: Option<LayerDebug>,
     ) -> LinearOp<B::Quant> {
+        let pts = |t| debug.as_ref().is_some_and(|d| d.per_tensor_scaling(t));
         let slots = self.layout.gemms()[gemm];
         let prefix = if self.layout.kind == crate::recipe::ModuleKind::LayerNormMlp {
             format!("{} fc{}", self.layout.name, gemm + 1)
@@ -166,13 +214,29 @@ impl<B: LowpLinear> LowpState<B> {
                 self.counters
                     .weight_quantizations
                     .fetch_add(1, Ordering::Relaxed);
-                WeightOperand::Quantize(self.operand(Pass::Forward, slots.weight, name("weight")))
+                WeightOperand::Quantize(self.operand(
+                    Pass::Forward,
+                    slots.weight,
+                    name("weight"),
+                    pts(TensorKind::Weight),
+                ))
             }
         };
         LinearOp {
-            input: self.operand(Pass::Forward, slots.input, name("input")),
+            input: self.operand(
+                Pass::Forward,
+                slots.input,
+                name("input"),
+                pts(TensorKind::Activation),
+            ),
             weight,
-            grad_output: self.operand(Pass::Backward, slots.grad_output, name("grad_output")),
+            grad_output: self.operand(
+                Pass::Backward,
+                slots.grad_output,
+                name("grad_output"),
+                pts(TensorKind::Gradient),
+            ),
+            debug,
         }
     }
 

@@ -26,7 +26,8 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::activation::ActivationSpec;
 use super::linear::{
-    columnwise_only, dgrad_and_wgrad, gemm_dtype, quantize_weight, LinearOp, OperandQuantizer,
+    columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
+    quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
 };
 use super::row_broadcast::{add_bias_rows, column_sum};
 use crate::backend::{GemmKind, GemmOptions, LowpBackend, NormSpec};
@@ -117,6 +118,26 @@ struct MlpSaved<Q: LowpBackend> {
     wgrad: MlpWgrad<Q>,
     param_dtype: FloatDType,
     norm_dtype: FloatDType,
+    fc1_debug: Option<DebugSaved<Q>>,
+    fc2_debug: Option<DebugSaved<Q>>,
+}
+
+/// A GEMM's debug view for backward, with the originals its backward GEMMs may run on.
+fn debug_saved<Q: LowpBackend>(
+    op: &LinearOp<Q>,
+    x: Option<FloatTensor<Q>>,
+    w: Option<FloatTensor<Q>>,
+    need_wgrad: bool,
+    need_dgrad: bool,
+) -> Option<DebugSaved<Q>> {
+    op.debug.clone().map(|debug| {
+        let keep = debug.keeps_originals();
+        DebugSaved {
+            x: x.filter(|_| keep && need_wgrad),
+            w: w.filter(|_| keep && need_dgrad),
+            debug,
+        }
+    })
 }
 
 fn float_dtype(dtype: DType) -> FloatDType {
@@ -220,6 +241,9 @@ fn forward<Q: LowpBackend>(
     };
 
     // fc1.
+    // Under a debug view the GEMMs see the high-precision inputs too (`fprop`).
+    let ln_original = op.fc1.debug.as_ref().map(|_| ln_out.clone());
+    let w1_original = op.fc1.debug.as_ref().map(|_| inputs.w1.clone());
     let q_ln = op.fc1.input.quantize_with_amax(
         ln_out,
         ln_amax,
@@ -229,13 +253,21 @@ fn forward<Q: LowpBackend>(
         },
     )?;
     let q_w1 = quantize_weight(&op.fc1.weight, inputs.w1, needs.below_fc1)?;
-    let mut h = Q::lowp_gemm(GemmKind::Fprop, &q_ln, &q_w1, options())?;
+    let mut h = fprop(
+        op.fc1.debug.as_ref(),
+        ln_original.as_ref().zip(w1_original.as_ref()),
+        &q_ln,
+        &q_w1,
+        options(),
+    )?;
     if let Some(b1) = inputs.b1 {
         h = add_bias_rows::<Q>(h, Q::float_cast(b1, out_dtype));
     }
 
     // Activation (+ the amax of fc2's input) and fc2.
     let act = Q::lowp_activation_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
+    let a_original = op.fc2.debug.as_ref().map(|_| act.y.clone());
+    let w2_original = op.fc2.debug.as_ref().map(|_| inputs.w2.clone());
     let q_a = op.fc2.input.quantize_with_amax(
         act.y,
         act.amax,
@@ -245,7 +277,13 @@ fn forward<Q: LowpBackend>(
         },
     )?;
     let q_w2 = quantize_weight(&op.fc2.weight, inputs.w2, needs.below_fc2)?;
-    let mut out = Q::lowp_gemm(GemmKind::Fprop, &q_a, &q_w2, options())?;
+    let mut out = fprop(
+        op.fc2.debug.as_ref(),
+        a_original.as_ref().zip(w2_original.as_ref()),
+        &q_a,
+        &q_w2,
+        options(),
+    )?;
     if let Some(b2) = inputs.b2 {
         out = add_bias_rows::<Q>(out, Q::float_cast(b2, out_dtype));
     }
@@ -267,6 +305,8 @@ fn forward<Q: LowpBackend>(
         activation: op.activation,
         fc1_grad_output: op.fc1.grad_output.clone(),
         fc2_grad_output: op.fc2.grad_output.clone(),
+        fc1_debug: debug_saved(&op.fc1, ln_original, w1_original, needs.w1, needs.below_fc1),
+        fc2_debug: debug_saved(&op.fc2, a_original, w2_original, needs.w2, needs.below_fc2),
         wgrad: op.wgrad.clone(),
         param_dtype,
         norm_dtype,
@@ -324,8 +364,10 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         // deferred wgrad is kept for `backward_dw` instead.
         let gemms = |gemm: usize,
                      grad_output: &QuantizedTensor<Q>,
+                     grad_original: &FloatTensor<Q>,
                      weight: Option<&QuantizedTensor<Q>>,
                      input: Option<&QuantizedTensor<Q>>| {
+            let debug = [&saved.fc1_debug, &saved.fc2_debug][gemm].as_ref();
             let input = match (&deferred, input) {
                 (Some(store), Some(input)) => {
                     store
@@ -341,11 +383,21 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                 }
                 (_, input) => input,
             };
-            dgrad_and_wgrad::<Q>(
-                weight.map(|w| (grad_output, w)),
-                input.map(|x| (grad_output, x)),
-                out_dtype,
-            )
+            match debug {
+                Some(debug) => debugged_dgrad_and_wgrad::<Q>(
+                    debug,
+                    grad_original,
+                    grad_output,
+                    weight,
+                    input,
+                    out_dtype,
+                ),
+                None => dgrad_and_wgrad::<Q>(
+                    weight.map(|w| (grad_output, w)),
+                    input.map(|x| (grad_output, x)),
+                    out_dtype,
+                ),
+            }
         };
 
         if let Some(node) = &p[B2] {
@@ -356,7 +408,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         let q_dy = saved
             .fc2_grad_output
             .quantize(
-                dy,
+                dy.clone(),
                 Usage {
                     rowwise: below_fc2,
                     columnwise: want_w2,
@@ -365,7 +417,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
             )
             .expect("quantize fc2 grad_output");
         let w2 = below_fc2.then(|| saved.w2_columnwise.as_ref().expect("fc2 weight saved"));
-        let (da, dw2) = gemms(1, &q_dy, w2, saved.a_columnwise.as_ref());
+        let (da, dw2) = gemms(1, &q_dy, &dy, w2, saved.a_columnwise.as_ref());
         if let (Some(node), Some(dw2)) = (&p[W2], dw2) {
             grads.register::<Q>(node.id, Q::float_cast(dw2, saved.param_dtype));
         }
@@ -392,7 +444,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         let q_dh = saved
             .fc1_grad_output
             .quantize_with_amax(
-                act.y,
+                act.y.clone(),
                 act.amax,
                 Usage {
                     rowwise: below_fc1,
@@ -401,7 +453,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
             )
             .expect("quantize fc1 grad_output");
         let w1 = below_fc1.then(|| saved.w1_columnwise.as_ref().expect("fc1 weight saved"));
-        let (dln, dw1) = gemms(0, &q_dh, w1, saved.ln_columnwise.as_ref());
+        let (dln, dw1) = gemms(0, &q_dh, &act.y, w1, saved.ln_columnwise.as_ref());
         if let (Some(node), Some(dw1)) = (&p[W1], dw1) {
             grads.register::<Q>(node.id, Q::float_cast(dw1, saved.param_dtype));
         }

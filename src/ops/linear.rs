@@ -20,7 +20,8 @@ use super::grouped_linear::GroupedLinearOp;
 use super::grouped_rows::RowMove;
 use crate::backend::{GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
-use crate::format::{Fp8Format, Usage};
+use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
+use crate::format::{Direction, Fp8Format, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
 
 /// Where a delayed-scaling slot's recorded amax goes (the module's amax history).
@@ -118,6 +119,21 @@ pub struct LinearOp<Q: LowpBackend> {
     pub input: OperandQuantizer<Q>,
     pub weight: WeightOperand<Q>,
     pub grad_output: OperandQuantizer<Q>,
+    /// The layer's debug view when a debug session selects it (`debug::LayerDebug`).
+    pub debug: Option<LayerDebug>,
+}
+
+/// A debug tool's failure inside backward (which cannot return errors): said once on stderr,
+/// and training goes on as without the tool.
+pub(crate) fn debug_or_warn<T>(result: Result<T>, what: &str) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("burn-lowp debug: {what}: {e} (later failures are not shown)"));
+            None
+        }
+    }
 }
 
 /// Backends with the quantized linear op. `Quant` is the backend that quantizes and multiplies:
@@ -271,6 +287,7 @@ fn forward<Q: LowpBackend>(
             .spec
             .check_shape(&op.grad_output.name, xs[0], ws[0])?;
     }
+    let originals = op.debug.as_ref().map(|_| (x.clone(), w.clone()));
     let qx = op.input.quantize(
         x,
         Usage {
@@ -280,14 +297,16 @@ fn forward<Q: LowpBackend>(
         false,
     )?;
     let qw = quantize_weight(&op.weight, w, need_dgrad)?;
-    let y = Q::lowp_gemm(
-        GemmKind::Fprop,
+    let options = GemmOptions {
+        out_dtype,
+        accumulate: None,
+    };
+    let y = fprop(
+        op.debug.as_ref(),
+        originals.as_ref().map(|(x, w)| (x, w)),
         &qx,
         &qw,
-        GemmOptions {
-            out_dtype,
-            accumulate: None,
-        },
+        options,
     )?;
     Ok((y, qx, qw))
 }
@@ -320,12 +339,117 @@ forward_only_linear!(burn::backend::NdArray => []);
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 forward_only_linear!(burn_cubecl::CubeBackend<R, F, I, BT> => [R: burn_cubecl::CubeRuntime, F: burn_cubecl::FloatElement, I: burn_cubecl::IntElement, BT: burn_cubecl::BoolElement]);
 
-/// What backward needs: the saved columnwise operands and dY's quantizer.
+/// The fprop GEMM of quantized `qx` and `qw`; under a debug view, with the high-precision
+/// `originals` (X, W): both observed, the operands as the features say, the output observed.
+pub(crate) fn fprop<Q: LowpBackend>(
+    debug: Option<&LayerDebug>,
+    originals: Option<(&FloatTensor<Q>, &FloatTensor<Q>)>,
+    qx: &QuantizedTensor<Q>,
+    qw: &QuantizedTensor<Q>,
+    options: GemmOptions<Q>,
+) -> Result<FloatTensor<Q>> {
+    let (Some(debug), Some((x, w))) = (debug, originals) else {
+        return Q::lowp_gemm(GemmKind::Fprop, qx, qw, options);
+    };
+    debug.observe(TensorKind::Activation, x, Some(qx))?;
+    debug.observe(TensorKind::Weight, w, Some(qw))?;
+    let (a, b) = debug.operands(
+        GemmName::Fprop,
+        Operand {
+            tensor: TensorKind::Activation,
+            high_precision: Some(x),
+            quantized: qx,
+            direction: Direction::Rowwise,
+        },
+        Operand {
+            tensor: TensorKind::Weight,
+            high_precision: Some(w),
+            quantized: qw,
+            direction: Direction::Rowwise,
+        },
+        options.out_dtype,
+    )?;
+    let y = Q::lowp_gemm(GemmKind::Fprop, &a, &b, options)?;
+    debug.observe::<Q>(TensorKind::Output, &y, None)?;
+    Ok(y)
+}
+
+/// What backward needs: the saved columnwise operands and dY's quantizer; under a debug view,
+/// the high-precision X and W when a backward GEMM may run on them.
 #[derive(Clone, Debug)]
 struct LinearSaved<Q: LowpBackend> {
     x_columnwise: Option<QuantizedTensor<Q>>,
     w_columnwise: Option<QuantizedTensor<Q>>,
     grad_output: OperandQuantizer<Q>,
+    debug: Option<DebugSaved<Q>>,
+}
+
+/// A debug view and the originals it may need in backward.
+#[derive(Clone, Debug)]
+pub(crate) struct DebugSaved<Q: LowpBackend> {
+    pub debug: LayerDebug,
+    pub x: Option<FloatTensor<Q>>,
+    pub w: Option<FloatTensor<Q>>,
+}
+
+/// dgrad and wgrad under a debug view: dY observed, each GEMM's operands as the features say
+/// (falling back to the quantized ones if a tool fails), the outputs observed.
+pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
+    saved: &DebugSaved<Q>,
+    dy: &FloatTensor<Q>,
+    qdy: &QuantizedTensor<Q>,
+    w_columnwise: Option<&QuantizedTensor<Q>>,
+    x_columnwise: Option<&QuantizedTensor<Q>>,
+    out_dtype: FloatDType,
+) -> (Option<FloatTensor<Q>>, Option<FloatTensor<Q>>) {
+    let d = &saved.debug;
+    debug_or_warn(d.observe(TensorKind::Gradient, dy, Some(qdy)), "gradient statistics");
+    let grad = |direction| Operand {
+        tensor: TensorKind::Gradient,
+        high_precision: Some(dy),
+        quantized: qdy,
+        direction,
+    };
+    let dgrad = w_columnwise.map(|w| {
+        let operands = d.operands(
+            GemmName::Dgrad,
+            grad(Direction::Rowwise),
+            Operand {
+                tensor: TensorKind::Weight,
+                high_precision: saved.w.as_ref(),
+                quantized: w,
+                direction: Direction::Columnwise,
+            },
+            out_dtype,
+        );
+        debug_or_warn(operands, "dgrad operands").unwrap_or_else(|| (qdy.clone(), w.clone()))
+    });
+    let wgrad = x_columnwise.map(|x| {
+        let operands = d.operands(
+            GemmName::Wgrad,
+            grad(Direction::Columnwise),
+            Operand {
+                tensor: TensorKind::Activation,
+                high_precision: saved.x.as_ref(),
+                quantized: x,
+                direction: Direction::Columnwise,
+            },
+            out_dtype,
+        );
+        debug_or_warn(operands, "wgrad operands").unwrap_or_else(|| (qdy.clone(), x.clone()))
+    });
+    let (dx, dw) = dgrad_and_wgrad::<Q>(
+        dgrad.as_ref().map(|(a, b)| (a, b)),
+        wgrad.as_ref().map(|(a, b)| (a, b)),
+        out_dtype,
+    );
+    if let Some(dx) = &dx {
+        debug_or_warn(d.observe::<Q>(TensorKind::Dgrad, dx, None), "dgrad statistics");
+    }
+    if let Some(dw) = &dw {
+        debug_or_warn(d.observe::<Q>(TensorKind::Wgrad, dw, None), "wgrad statistics");
+    }
+    (dx, dw)
 }
 
 #[derive(Debug)]
@@ -348,6 +472,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
             rowwise: node_x.is_some(),
             columnwise: node_w.is_some(),
         };
+        let dy_original = saved.debug.as_ref().map(|_| dy.clone());
         // Shapes were checked in forward, so failures here are bugs, not user input.
         let qdy = saved
             .grad_output
@@ -355,11 +480,21 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
             .expect("quantize dY (shapes checked in forward)");
         let dgrad = node_x.zip(saved.w_columnwise.as_ref());
         let wgrad = node_w.zip(saved.x_columnwise.as_ref());
-        let (dx, dw) = dgrad_and_wgrad::<Q>(
-            dgrad.as_ref().map(|(_, w)| (&qdy, *w)),
-            wgrad.as_ref().map(|(_, x)| (&qdy, *x)),
-            out_dtype,
-        );
+        let (dx, dw) = match (&saved.debug, &dy_original) {
+            (Some(debug), Some(dy)) => debugged_dgrad_and_wgrad::<Q>(
+                debug,
+                dy,
+                &qdy,
+                dgrad.as_ref().map(|(_, w)| *w),
+                wgrad.as_ref().map(|(_, x)| *x),
+                out_dtype,
+            ),
+            _ => dgrad_and_wgrad::<Q>(
+                dgrad.as_ref().map(|(_, w)| (&qdy, *w)),
+                wgrad.as_ref().map(|(_, x)| (&qdy, *x)),
+                out_dtype,
+            ),
+        };
         if let (Some((node, _)), Some(dx)) = (dgrad, dx) {
             grads.register::<Q>(node.id, dx);
         }
@@ -475,6 +610,14 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         op: LinearOp<B>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
         let (need_dgrad, need_wgrad) = (x.is_tracked(), w.is_tracked());
+        let debug = op.debug.clone().map(|debug| {
+            let keep = debug.keeps_originals();
+            DebugSaved {
+                x: (keep && need_wgrad).then(|| x.primitive.clone()),
+                w: (keep && need_dgrad).then(|| w.primitive.clone()),
+                debug,
+            }
+        });
         let (y, qx, qw) = forward(
             x.primitive.clone(),
             w.primitive.clone(),
@@ -500,6 +643,7 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
                         None
                     },
                     grad_output: op.grad_output,
+                    debug,
                 };
                 prep.finish(saved, y)
             }

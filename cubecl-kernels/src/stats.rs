@@ -1,0 +1,248 @@
+//! Tensor statistics for the precision debug tools, in one read of the tensor: each cube takes a
+//! 32x32 tile, each of its 32 units one row of the tile (one 1D block of 32 elements along the
+//! last dimension), and the cube writes the tile's partial statistics (`STAT_FIELDS` f32). The
+//! host reduces the tiles (`burn_lowp::debug::stats`, which also holds the reference this kernel
+//! is tested against).
+//!
+//! With the dequantized copy of the tensor (f32, same layout) it also counts underflows (non-zero
+//! inputs that quantize to zero) and sums the squared quantization error; with an overflow limit
+//! (delayed scaling's `fp8_max · scale_inv`, one f32 on the device) it counts `|x| > limit`.
+
+use crate::codec::ElemKind;
+use crate::pairs::load_pair;
+use cubecl::prelude::*;
+
+/// Rows and columns of a tile; units per cube.
+pub const STATS_TILE: usize = 32;
+/// f32 fields per tile in the output.
+pub const STAT_FIELDS: usize = 16;
+/// Field indices. Counts are exact (at most 1024 per tile).
+pub const NONZERO: usize = 0;
+pub const SUM: usize = 1;
+pub const SUM_SQUARES: usize = 2;
+pub const ABS_SUM: usize = 3;
+pub const MIN: usize = 4;
+pub const MAX: usize = 5;
+pub const AMAX: usize = 6;
+/// Smallest non-zero `|x|` (+inf when the tile has none).
+pub const MIN_NONZERO_ABS: usize = 7;
+/// Max over the tile's 1D blocks of `ln(block amax) - ln(block min non-zero |x|)` (0 for a block
+/// of zeros); the tile's own (2D, 32x32) range.
+pub const MAX_LN_RANGE_1D: usize = 8;
+pub const LN_RANGE_2D: usize = 9;
+pub const UNDERFLOWS: usize = 10;
+/// `Σ (x - dq)²` over the pairs whose difference is finite.
+pub const SQUARED_ERROR: usize = 11;
+pub const OVERFLOWS: usize = 12;
+
+/// `ln(amax) - ln(min non-zero)` of a block, 0 for a block of zeros.
+#[cube]
+fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
+    let mut r = 0.0f32;
+    if amax > 0.0f32 {
+        r = f32::ln(amax) - f32::ln(min_nonzero);
+    }
+    r
+}
+
+/// Max over the cube's units of `value` (every unit calls it; it synchronizes, also before
+/// returning). Values are never NaN here.
+#[cube]
+fn cube_max_f32(value: f32, scratch: &mut SharedMemory<f32>) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..5u32 {
+        let stride = comptime![STATS_TILE >> (level + 1)];
+        if unit < stride {
+            let other = scratch[unit + stride];
+            if other > scratch[unit] {
+                scratch[unit] = other;
+            }
+        }
+        sync_cube();
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}
+
+/// Sum over the cube's units, in a fixed tree order (unit i adds unit i + stride).
+#[cube]
+fn cube_sum_f32(value: f32, scratch: &mut SharedMemory<f32>) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..5u32 {
+        let stride = comptime![STATS_TILE >> (level + 1)];
+        if unit < stride {
+            scratch[unit] = scratch[unit] + scratch[unit + stride];
+        }
+        sync_cube();
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}
+
+/// One element's contribution to a unit's accumulators (see the field docs).
+#[cube]
+fn fold_value(v: f32, acc: &mut Array<f32>) {
+    if v != 0.0f32 {
+        acc[NONZERO] += 1.0f32;
+    }
+    acc[SUM] += v;
+    acc[SUM_SQUARES] += v * v;
+    let a = f32::abs(v);
+    acc[ABS_SUM] += a;
+    if v < acc[MIN] {
+        acc[MIN] = v;
+    }
+    if v > acc[MAX] {
+        acc[MAX] = v;
+    }
+    if a > acc[AMAX] {
+        acc[AMAX] = a;
+    }
+    if a > 0.0f32 && a < acc[MIN_NONZERO_ABS] {
+        acc[MIN_NONZERO_ABS] = a;
+    }
+}
+
+/// The quantization terms of one element against its dequantized value `d`.
+#[cube]
+fn fold_error(v: f32, d: f32, limit: f32, acc: &mut Array<f32>) {
+    if v != 0.0f32 && d == 0.0f32 {
+        acc[UNDERFLOWS] += 1.0f32;
+    }
+    let e = v - d;
+    let e2 = e * e;
+    // NaN or infinite differences stay out of the sum (NaN < inf is false).
+    if e2 < f32::INFINITY {
+        acc[SQUARED_ERROR] += e2;
+    }
+    if f32::abs(v) > limit {
+        acc[OVERFLOWS] += 1.0f32;
+    }
+}
+
+/// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
+#[cube(launch_unchecked)]
+pub fn tensor_stats_kernel(
+    input: &Array<u32>,
+    dequantized: &Array<f32>,
+    limit: &Array<f32>,
+    out: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    tiles: usize,
+    #[comptime] kind: ElemKind,
+    #[comptime] with_error: bool,
+) {
+    let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
+    let mut acc = Array::<f32>::new(STAT_FIELDS);
+    for i in 0..STAT_FIELDS {
+        acc[i] = 0.0f32;
+    }
+    acc[MIN] = f32::INFINITY;
+    acc[MAX] = f32::NEG_INFINITY;
+    acc[MIN_NONZERO_ABS] = f32::INFINITY;
+    let tile = CUBE_POS as usize;
+    let tile_cols = cols.div_ceil(STATS_TILE);
+    let row = (tile / tile_cols) * STATS_TILE + UNIT_POS as usize;
+    let first = (tile % tile_cols) * STATS_TILE;
+    let mut end = first + STATS_TILE;
+    if end > cols {
+        end = cols;
+    }
+    let overflow_limit = limit[0];
+    // Extra cubes (count rounding) and rows past the end fold nothing but still take part in
+    // the synchronizing reductions below.
+    if tile < tiles && row < rows {
+        let base = row * cols;
+        for c in range_stepped(first, end, 2usize) {
+            let (a, b) = load_pair(input, base + c, kind);
+            fold_value(a, &mut acc);
+            fold_value(b, &mut acc);
+            if comptime![with_error] {
+                fold_error(a, dequantized[base + c], overflow_limit, &mut acc);
+                fold_error(b, dequantized[base + c + 1], overflow_limit, &mut acc);
+            }
+        }
+    }
+    let block_amax = acc[AMAX];
+    let block_min = acc[MIN_NONZERO_ABS];
+    acc[MAX_LN_RANGE_1D] = ln_range(block_amax, block_min);
+    let mut tile_fields = Array::<f32>::new(STAT_FIELDS);
+    for i in 0..STAT_FIELDS {
+        tile_fields[i] = 0.0f32;
+    }
+    tile_fields[NONZERO] = cube_sum_f32(acc[NONZERO], &mut scratch);
+    tile_fields[SUM] = cube_sum_f32(acc[SUM], &mut scratch);
+    tile_fields[SUM_SQUARES] = cube_sum_f32(acc[SUM_SQUARES], &mut scratch);
+    tile_fields[ABS_SUM] = cube_sum_f32(acc[ABS_SUM], &mut scratch);
+    tile_fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch);
+    tile_fields[MAX] = cube_max_f32(acc[MAX], &mut scratch);
+    tile_fields[AMAX] = cube_max_f32(block_amax, &mut scratch);
+    tile_fields[MIN_NONZERO_ABS] = -cube_max_f32(-block_min, &mut scratch);
+    tile_fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch);
+    tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
+    if comptime![with_error] {
+        tile_fields[UNDERFLOWS] = cube_sum_f32(acc[UNDERFLOWS], &mut scratch);
+        tile_fields[SQUARED_ERROR] = cube_sum_f32(acc[SQUARED_ERROR], &mut scratch);
+        tile_fields[OVERFLOWS] = cube_sum_f32(acc[OVERFLOWS], &mut scratch);
+    }
+    if tile < tiles && UNIT_POS == 0 {
+        for i in 0..STAT_FIELDS {
+            out[tile * STAT_FIELDS + i] = tile_fields[i];
+        }
+    }
+}
+
+/// Tiles of a `[rows, cols]` tensor.
+pub fn stats_tiles(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(STATS_TILE) * cols.div_ceil(STATS_TILE)
+}
+
+/// The f32 `[tiles, STAT_FIELDS]` partial statistics of `x` (`cols` even); with `error`, the
+/// dequantized f32 copy of `x` (same layout) and the one-f32 overflow limit.
+pub fn tensor_stats<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: crate::launch::InputMatrix,
+    error: Option<(&cubecl::server::Handle, &cubecl::server::Handle)>,
+) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+    if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
+        return Err(crate::launch::KernelError {
+            value: format!("shape [{}, {}]", x.rows, x.cols),
+            rule: "tensor statistics need a non-empty matrix with an even last dimension".into(),
+        });
+    }
+    let tiles = stats_tiles(x.rows, x.cols);
+    let out = client.empty(tiles * STAT_FIELDS * 4);
+    let elements = x.rows * x.cols;
+    let words = elements * x.kind.bytes() / 4;
+    let dummy = client.empty(16);
+    let (dequantized, limit, dq_len) = match error {
+        Some((dq, limit)) => (dq.clone(), limit.clone(), elements),
+        None => (dummy.clone(), dummy, 1),
+    };
+    unsafe {
+        tensor_stats_kernel::launch_unchecked::<R>(
+            client,
+            cubecl::server::CubeCountSelection::new(client, tiles as u32).cube_count(),
+            CubeDim::new_1d(STATS_TILE as u32),
+            ArrayArg::from_raw_parts(x.handle.clone(), words),
+            ArrayArg::from_raw_parts(dequantized, dq_len),
+            ArrayArg::from_raw_parts(limit, 1),
+            ArrayArg::from_raw_parts(out.clone(), tiles * STAT_FIELDS),
+            x.rows,
+            x.cols,
+            tiles,
+            x.kind,
+            error.is_some(),
+        )
+    };
+    Ok(out)
+}

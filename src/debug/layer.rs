@@ -1,0 +1,451 @@
+//! What a module's op sees of a debug session: `LayerDebug`, the section that selects the layer
+//! and the current iteration, taken when the op is built. The op reports its tensors
+//! (`observe`: statistics and AutoswitchGemm metrics, at sampling iterations only) and asks for a
+//! GEMM's operands (`operands`: the quantized ones, or high-precision ones when a feature says so).
+
+use std::sync::Arc;
+
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+
+use super::config::{
+    GemmName, HighPrecisionSource, Section, TensorKind, WhatIfRecipe,
+};
+use super::session::{active, DebugSession, PendingStats, ScaleDecode, StatsRead};
+use crate::backend::LowpBackend;
+use crate::error::Result;
+use crate::format::fp8_block::BlockShape;
+use crate::format::{Direction, Fp8CurrentScaling, Fp8Format, FormatConfig, QuantFormat, Usage};
+use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage, StorageScales};
+use crate::recipe::ModuleKind;
+
+/// The debug view of one layer for one op call.
+#[derive(Clone)]
+pub struct LayerDebug {
+    session: Arc<DebugSession>,
+    section: Arc<Section>,
+    layer: String,
+    iteration: u64,
+    /// Rows of the token-indexed tensors that hold data (an expert's tokens; the rest is the
+    /// aligned layout's zero padding, left out of the statistics).
+    data_rows: Option<usize>,
+}
+
+impl std::fmt::Debug for LayerDebug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LayerDebug({} @ {})", self.layer, self.iteration)
+    }
+}
+
+/// How a GEMM runs this iteration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GemmMode {
+    Quantized,
+    HighPrecision(HighPrecisionSource),
+    /// High precision on `tensors` quantized and dequantized with a current per-tensor scale.
+    FakeQuant {
+        fp8: Fp8Format,
+        tensors: Vec<TensorKind>,
+    },
+}
+
+/// A GEMM operand as the op has it: the high-precision tensor (when kept) and its quantized form,
+/// the representation the GEMM reads.
+pub struct Operand<'a, Q: LowpBackend> {
+    pub tensor: TensorKind,
+    pub high_precision: Option<&'a FloatTensor<Q>>,
+    pub quantized: &'a QuantizedTensor<Q>,
+    pub direction: Direction,
+}
+
+/// The direction of `tensor`'s copy that `gemm` reads (TE's tensor-to-GEMM mapping).
+pub fn direction_for(tensor: TensorKind, gemm: GemmName) -> Direction {
+    match (tensor, gemm) {
+        (TensorKind::Weight, GemmName::Fprop)
+        | (TensorKind::Activation, GemmName::Fprop)
+        | (TensorKind::Gradient, GemmName::Dgrad) => Direction::Rowwise,
+        _ => Direction::Columnwise,
+    }
+}
+
+/// The tensor quantized as `spec` for a what-if recipe (E5M2 for gradients where TE's hybrid
+/// would use it; 2D blocks for weights).
+fn what_if_spec(recipe: WhatIfRecipe, tensor: TensorKind) -> QuantizerSpec {
+    let weight = tensor == TensorKind::Weight;
+    match recipe {
+        WhatIfRecipe::Fp8CurrentScaling => QuantizerSpec::Fp8Current {
+            fp8: if tensor == TensorKind::Gradient {
+                Fp8Format::E5M2
+            } else {
+                Fp8Format::E4M3
+            },
+            pow2_scales: false,
+            amax_epsilon: 0.0,
+        },
+        WhatIfRecipe::Fp8BlockScaling => QuantizerSpec::Fp8Block {
+            fp8: Fp8Format::E4M3,
+            block: if weight {
+                BlockShape::OneTwentyEightSquare
+            } else {
+                BlockShape::OneByOneTwentyEight
+            },
+            pow2_scales: true,
+            amax_epsilon: 0.0,
+        },
+        WhatIfRecipe::Mxfp8 => QuantizerSpec::Mxfp8 {
+            fp8: Fp8Format::E4M3,
+            block_2d: false,
+        },
+        WhatIfRecipe::Nvfp4 => QuantizerSpec::Nvfp4 {
+            block_2d: weight,
+            rht: false,
+            stochastic_rounding: false,
+        },
+    }
+}
+
+/// A high-precision operand: one `[rows, cols]` tensor serving both directions.
+pub(crate) fn high_precision<Q: LowpBackend>(t: FloatTensor<Q>, rows: usize, cols: usize) -> QuantizedTensor<Q> {
+    let t = Q::float_reshape(t, Shape::new([rows, cols]));
+    QuantizedTensor {
+        rows,
+        cols,
+        rowwise: Some(Storage::HighPrecision(t.clone())),
+        columnwise: Some(Storage::HighPrecision(t)),
+    }
+}
+
+impl LayerDebug {
+    /// The debug view of layer `name` of `kind` when a session is installed on this thread and a
+    /// section selects the layer.
+    pub fn for_layer(name: &str, kind: &ModuleKind) -> Result<Option<LayerDebug>> {
+        let Some(session) = active() else {
+            return Ok(None);
+        };
+        let Some(section) = session.section_for(name, kind)? else {
+            return Ok(None);
+        };
+        let section = Arc::new(section.clone());
+        Ok(Some(LayerDebug {
+            iteration: session.iteration(),
+            session,
+            section,
+            layer: name.to_string(),
+            data_rows: None,
+        }))
+    }
+
+    /// The same view for a sub-layer (LayerNormMLP's `<name>.fc1`).
+    pub fn sublayer(&self, name: String) -> LayerDebug {
+        LayerDebug {
+            layer: name,
+            ..self.clone()
+        }
+    }
+
+    /// The view of an expert of a grouped layer (`<name>.gemm_<g>`) whose token-indexed tensors
+    /// hold `tokens` data rows, then zero padding.
+    pub fn expert(&self, name: String, tokens: usize) -> LayerDebug {
+        LayerDebug {
+            layer: name,
+            data_rows: Some(tokens),
+            ..self.clone()
+        }
+    }
+
+    /// `t` without the padding rows of a token-indexed tensor.
+    fn data_view<Q: LowpBackend>(&self, tensor: TensorKind, t: FloatTensor<Q>) -> FloatTensor<Q> {
+        let token_rows = matches!(
+            tensor,
+            TensorKind::Activation | TensorKind::Gradient | TensorKind::Output | TensorKind::Dgrad
+        );
+        let shape = t.shape();
+        let dims = shape.as_slice();
+        match (self.data_rows, token_rows, dims) {
+            (Some(r), true, [rows, cols]) if r < *rows => {
+                Q::float_slice(t, &[(0..r).into(), (0..*cols).into()])
+            }
+            _ => t,
+        }
+    }
+
+    pub fn layer(&self) -> &str {
+        &self.layer
+    }
+
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    /// Whether any feature acts on this layer this iteration (a grouped layer then runs its
+    /// experts one by one so that each is seen and switched on its own).
+    pub fn acts(&self) -> bool {
+        let f = &self.section.features;
+        let it = self.iteration;
+        f.disable_quantization_gemm.is_some()
+            || f.disable_quantization_layer.is_some()
+            || f.fake_quant.is_some()
+            || f.log_tensor_stats
+                .as_ref()
+                .is_some_and(|l| l.schedule().samples(it))
+            || f.log_quantized_tensor_stats
+                .as_ref()
+                .is_some_and(|l| l.schedule().samples(it))
+            || self.session.autoswitch_may_act(&self.section, &self.layer)
+    }
+
+    /// Whether `tensor` is current-scaled instead of delayed-scaled (`PerTensorScaling`).
+    pub fn per_tensor_scaling(&self, tensor: TensorKind) -> bool {
+        self.section
+            .features
+            .per_tensor_scaling
+            .as_ref()
+            .is_some_and(|p| p.tensors.contains(&tensor))
+    }
+
+    /// Whether the op must keep its high-precision inputs for backward (a backward GEMM may run
+    /// on the originals this iteration).
+    pub fn keeps_originals(&self) -> bool {
+        let f = &self.section.features;
+        f.disable_quantization_gemm.is_some()
+            || f.disable_quantization_layer.is_some()
+            || f.fake_quant.is_some()
+            || f.autoswitch_gemm.as_ref().is_some_and(|a| {
+                a.high_precision_source == HighPrecisionSource::Original
+                    && self.session.autoswitch_may_act(&self.section, &self.layer)
+            })
+    }
+
+    /// How `gemm` runs now: any feature asking for high precision wins ("any says high precision,
+    /// high precision"; TE ORs the features' *quantized* answers instead).
+    pub fn gemm_mode(&self, gemm: GemmName) -> Result<GemmMode> {
+        let f = &self.section.features;
+        if f.disable_quantization_layer.is_some()
+            || f
+                .disable_quantization_gemm
+                .as_ref()
+                .is_some_and(|d| d.gemms.contains(&gemm))
+        {
+            return Ok(GemmMode::HighPrecision(HighPrecisionSource::Original));
+        }
+        if self
+            .session
+            .autoswitch_high_precision(&self.section, &self.layer, gemm)?
+        {
+            let source = f
+                .autoswitch_gemm
+                .as_ref()
+                .map(|a| a.high_precision_source)
+                .unwrap_or_default();
+            return Ok(GemmMode::HighPrecision(source));
+        }
+        if let Some(q) = f.fake_quant.as_ref().filter(|q| q.gemms.contains(&gemm)) {
+            return Ok(GemmMode::FakeQuant {
+                fp8: q.quant_format.fp8(),
+                tensors: q.tensors.clone(),
+            });
+        }
+        Ok(GemmMode::Quantized)
+    }
+
+    /// The operands `gemm` multiplies, in `dtype` when they run in high precision.
+    pub fn operands<Q: LowpBackend>(
+        &self,
+        gemm: GemmName,
+        a: Operand<'_, Q>,
+        b: Operand<'_, Q>,
+        dtype: FloatDType,
+    ) -> Result<(QuantizedTensor<Q>, QuantizedTensor<Q>)> {
+        let mode = self.gemm_mode(gemm)?;
+        let one = |o: &Operand<'_, Q>| -> Result<QuantizedTensor<Q>> {
+            let q = o.quantized;
+            let cast = |t: FloatTensor<Q>| {
+                if t.dtype() == DType::from(dtype) {
+                    t
+                } else {
+                    Q::float_cast(t, dtype)
+                }
+            };
+            let dequantized = || -> Result<QuantizedTensor<Q>> {
+                match q.require(o.direction)? {
+                    Storage::HighPrecision(_) => Ok(q.clone()),
+                    Storage::Quantized(_) => Ok(high_precision(
+                        cast(Q::lowp_dequantize(q, o.direction)?),
+                        q.rows,
+                        q.cols,
+                    )),
+                }
+            };
+            let original = || -> Result<QuantizedTensor<Q>> {
+                match o.high_precision {
+                    Some(t) => Ok(high_precision(cast(t.clone()), q.rows, q.cols)),
+                    // Not kept (a quantized-only weight): its dequantized copy.
+                    None => dequantized(),
+                }
+            };
+            match &mode {
+                GemmMode::Quantized => Ok(q.clone()),
+                GemmMode::HighPrecision(HighPrecisionSource::Original) => original(),
+                GemmMode::HighPrecision(HighPrecisionSource::Dequantized) => dequantized(),
+                GemmMode::FakeQuant { fp8, tensors } if tensors.contains(&o.tensor) => {
+                    let Some(t) = o.high_precision else {
+                        return dequantized();
+                    };
+                    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(*fp8));
+                    let fq = Q::lowp_quantize(t.clone(), &config, Usage::ROWWISE, false)?;
+                    Ok(high_precision(
+                        cast(Q::lowp_dequantize(&fq, Direction::Rowwise)?),
+                        q.rows,
+                        q.cols,
+                    ))
+                }
+                GemmMode::FakeQuant { .. } => original(),
+            }
+        };
+        Ok((one(&a)?, one(&b)?))
+    }
+
+    /// Reports `tensor` (high precision `x`, and its quantized form for operands): statistics
+    /// and AutoswitchGemm metrics are computed on the device where a schedule samples now.
+    pub fn observe<Q: LowpBackend>(
+        &self,
+        tensor: TensorKind,
+        x: &FloatTensor<Q>,
+        quantized: Option<&QuantizedTensor<Q>>,
+    ) -> Result<()> {
+        let f = &self.section.features;
+        let it = self.iteration;
+        let numel = x.shape().num_elements() as u64;
+        if numel == 0 {
+            return Ok(());
+        }
+        let later = |bytes: Vec<Q::Bytes>| Q::bytes_to_host_later(bytes);
+        if let Some(l) = f
+            .log_tensor_stats
+            .as_ref()
+            .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
+        {
+            let x = self.data_view::<Q>(tensor, x.clone());
+            let numel = x.shape().num_elements() as u64;
+            let partials = Q::lowp_tensor_stats(x, None)?;
+            self.session.push_stats(PendingStats {
+                iteration: it,
+                layer: self.layer.clone(),
+                tensor,
+                numel,
+                what: StatsRead::Tensor(l.stats.clone()),
+                read: later(vec![partials]),
+            });
+        }
+        let Some(q) = quantized else { return Ok(()) };
+        if let Some(l) = f
+            .log_quantized_tensor_stats
+            .as_ref()
+            .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
+        {
+            let mut directions = vec![(Direction::Rowwise, "")];
+            if l.columnwise {
+                directions.push((Direction::Columnwise, "_columnwise"));
+            }
+            let mut variants: Vec<(String, QuantizedTensor<Q>)> = vec![(String::new(), q.clone())];
+            for recipe in &l.what_if {
+                let usage = Usage {
+                    rowwise: true,
+                    columnwise: l.columnwise,
+                };
+                let spec = what_if_spec(*recipe, tensor);
+                let shadow = quantize(x.clone(), &spec, usage, false, &QuantizeCall::new(0));
+                match shadow {
+                    Ok(s) => variants.push((format!("{}_", recipe.name()), s)),
+                    // A shape the what-if format cannot block: nothing to report for it.
+                    Err(_) => continue,
+                }
+            }
+            for (prefix, v) in variants {
+                for (direction, suffix) in &directions {
+                    let Some(Storage::Quantized(storage)) = v.storage(*direction) else {
+                        continue;
+                    };
+                    let (partials, scales, numel) = self.error_partials(tensor, x, &v, *direction)?;
+                    let decode = match (&storage.format, scales.is_some()) {
+                        (QuantFormat::Nvfp4 { .. }, _) | (_, false) => None,
+                        (QuantFormat::Mxfp8 { .. }, true) => Some(ScaleDecode::E8m0),
+                        (_, true) => Some(ScaleDecode::F32),
+                    };
+                    let mut bytes = vec![partials];
+                    if let (Some(s), Some(_)) = (scales, decode) {
+                        bytes.push(s);
+                    }
+                    self.session.push_stats(PendingStats {
+                        iteration: it,
+                        layer: self.layer.clone(),
+                        tensor,
+                        numel,
+                        what: StatsRead::Quantized {
+                            stats: l.stats.clone(),
+                            prefix: prefix.clone(),
+                            suffix,
+                            scales: decode,
+                        },
+                        read: later(bytes),
+                    });
+                }
+            }
+        }
+        if let Some(a) = f.autoswitch_gemm.as_ref() {
+            if a.schedule().samples(it) {
+                for gemm in a.gemms.iter().filter(|g| a.monitored(**g).contains(&tensor)) {
+                    let direction = direction_for(tensor, *gemm);
+                    if !matches!(q.storage(direction), Some(Storage::Quantized(_))) {
+                        continue;
+                    }
+                    let (partials, _, numel) = self.error_partials(tensor, x, q, direction)?;
+                    self.session.push_metric(
+                        &self.layer,
+                        *gemm,
+                        it,
+                        tensor,
+                        numel,
+                        later(vec![partials]),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Partials of `x` against `q`'s `direction` copy (with the delayed-scaling overflow limit
+    /// for FP8 per-tensor copies), and the copy's scale bytes.
+    fn error_partials<Q: LowpBackend>(
+        &self,
+        tensor: TensorKind,
+        x: &FloatTensor<Q>,
+        q: &QuantizedTensor<Q>,
+        direction: Direction,
+    ) -> Result<(Q::Bytes, Option<Q::Bytes>, u64)> {
+        let storage = q.quantized(direction)?;
+        let dequantized = Q::lowp_dequantize(q, direction)?;
+        let device = Q::float_device(x);
+        let (limit, scales) = match (&storage.format, &storage.scales) {
+            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
+                let scale_inv = Q::float_from_bytes(s, [1, 1]);
+                (
+                    Q::float_mul_scalar(scale_inv, fp8.max().into()),
+                    Some(s.clone()),
+                )
+            }
+            (_, StorageScales::BlockF32 { bytes, .. }) => (infinite::<Q>(&device), Some(bytes.clone())),
+            (_, StorageScales::BlockBytes { bytes, .. }) => (infinite::<Q>(&device), Some(bytes.clone())),
+            _ => (infinite::<Q>(&device), None),
+        };
+        let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
+        let dequantized = self.data_view::<Q>(tensor, dequantized);
+        let numel = x.shape().num_elements() as u64;
+        Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)))?, scales, numel))
+    }
+}
+
+fn infinite<Q: LowpBackend>(device: &Q::Device) -> FloatTensor<Q> {
+    let bytes = f32::INFINITY.to_le_bytes().to_vec();
+    Q::float_from_bytes(&Q::bytes_from_host(bytes, device), [1, 1])
+}
