@@ -14,12 +14,16 @@ mod suite;
 #[path = "kernels/norm_act.rs"]
 mod norm_act;
 
+#[path = "kernels/stats.rs"]
+mod stats;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
     use burn_lowp::format::InputDtype;
     crate::suite::kernel_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
     crate::norm_act::norm_act_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
+    crate::stats::stats_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
 }
 
 #[cfg(feature = "wgpu")]
@@ -51,6 +55,11 @@ mod wgpu {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
         true
     );
+    crate::stats::stats_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
 }
 
 #[cfg(feature = "cuda")]
@@ -75,5 +84,10 @@ mod cuda {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
         true
+    );
+    crate::stats::stats_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
 }

@@ -15,6 +15,9 @@ mod grouped;
 #[path = "modules/mlp.rs"]
 mod mlp;
 
+#[path = "modules/debug.rs"]
+mod debug;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -26,6 +29,7 @@ mod ndarray {
     crate::suite::module_suite!(NdArray, device(), crate::suite::Exactness::Reference);
     crate::grouped::grouped_suite!(NdArray, device(), crate::suite::Exactness::Reference);
     crate::mlp::mlp_suite!(NdArray, device(), crate::suite::Exactness::Reference);
+    crate::debug::debug_suite!(NdArray, device(), crate::suite::Exactness::Reference);
 }
 
 #[cfg(feature = "cuda")]
@@ -42,6 +46,7 @@ mod cuda {
     crate::suite::module_suite!(Backend, device(), crate::suite::Exactness::Gpu);
     crate::grouped::grouped_suite!(Backend, device(), crate::suite::Exactness::Gpu);
     crate::mlp::mlp_suite!(Backend, device(), crate::suite::Exactness::Gpu);
+    crate::debug::debug_suite!(Backend, device(), crate::suite::Exactness::Gpu);
 
     #[test]
     fn grouped_fprop_and_dgrad_take_the_graph_safe_path() {

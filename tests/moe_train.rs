@@ -269,3 +269,55 @@ fn the_moe_train_command_writes_metrics_a_chart_and_a_table() {
     // --compare and --recipe together are a usage error.
     assert!(MoeTrainArgs::try_parse_from(["moe_train", "--recipe", "a.json", "--compare", "b.json"]).is_err());
 }
+
+/// `--debug-config`: the shipped debug config runs with the example (statistics of the experts
+/// per expert, AutoswitchGemm samples), its logs parse into the switch summary, and a bad debug
+/// config is an error before anything trains.
+#[test]
+fn the_moe_train_command_takes_a_debug_config() {
+    let _seeded = seeded();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.json");
+    std::fs::write(&config, tiny_config(3, 1, "softmax").to_json()).unwrap();
+    let debug = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/debug/moe.json"));
+    // Sample every step rather than every tenth.
+    let text = std::fs::read_to_string(debug).unwrap().replace("\"freq\": 10", "\"freq\": 1");
+    let debug = dir.path().join("debug.json");
+    std::fs::write(&debug, text).unwrap();
+    let out = dir.path().join("runs");
+    let args = MoeTrainArgs::try_parse_from([
+        "moe_train".as_ref(),
+        "--recipe".as_ref(),
+        recipes_dir().join("current_scaling.json").as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--debug-config".as_ref(),
+        debug.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--quiet".as_ref(),
+    ])
+    .unwrap();
+    let summaries = run::<AD>(&args, &Default::default(), None).unwrap();
+    assert!(summaries[0].debug_metric_reads_per_step > 0.0);
+    let logs = out.join("current_scaling").join("debug");
+    let summary = burn_lowp::debug::DebugSummary::read(&logs).unwrap();
+    let expert_fprops: Vec<_> = summary
+        .gemms
+        .iter()
+        .filter(|((layer, gemm), _)| layer.starts_with("layers.0.moe.experts.fc1.gemm_") && gemm == "fprop")
+        .collect();
+    assert!(!expert_fprops.is_empty(), "per-expert samples: {:?}", summary.gemms.keys());
+    assert!(expert_fprops.iter().all(|(_, g)| g.samples >= 1 && g.samples <= 3));
+    let stats = std::fs::read_to_string(logs.join("debug_stats-rank0.jsonl")).unwrap();
+    let iterations: std::collections::BTreeSet<u64> = stats
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(stats.contains("\"layers.0.attention.qkv\"") && stats.contains("\"underflows%_columnwise\""));
+
+    std::fs::write(&debug, r#"{ "s": { "layers": { "layer_types": ["linear"] }, "features": { "AutoswitchGemm": { "freq": 0 } } } }"#).unwrap();
+    let err = run::<AD>(&args, &Default::default(), None).unwrap_err().to_string();
+    assert!(err.contains("debug.json") && err.contains("freq"), "{err}");
+}

@@ -92,11 +92,11 @@ pub struct Breach {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SwitchEvent {
-    /// Quantized before, high precision from this iteration.
+    /// The previous sample was clean (or there was none): high precision from this iteration.
     Switch,
-    /// High precision before, and the sample breaches again: the window moves on.
+    /// The previous sample breached, and this one does again: the window moves on.
     Hold,
-    /// High precision before, the sample is clean: quantized again.
+    /// The previous sample breached, this one is clean: quantized again.
     Release,
     /// Quantized, and stays so.
     Clean,
@@ -124,7 +124,8 @@ impl SwitchState {
         metrics: &GemmMetrics,
         config: &AutoswitchGemm,
     ) -> (SwitchEvent, Option<Breach>) {
-        let was = self.high_precision_at(it);
+        // Whether the previous sample breached (its window may have ended already).
+        let was = self.disable_until.is_some();
         let breach = metrics.breach(config);
         let event = match (was, breach.is_some()) {
             (false, true) => SwitchEvent::Switch,
@@ -164,10 +165,13 @@ mod tests {
         assert_eq!(event, SwitchEvent::Switch);
         assert_eq!(breach.unwrap().metric, "underflow_pct");
         assert!(s.high_precision_at(10) && s.high_precision_at(19) && !s.high_precision_at(20));
-        assert_eq!(s.apply_sample(20, 10, &metrics(0.0, 2e-4), &c).0, SwitchEvent::Switch);
-        assert_eq!(s.apply_sample(25, 10, &metrics(0.0, 2e-4), &c).0, SwitchEvent::Hold);
+        // Breaching again (here on the MSE) holds the switch: the window moves on.
+        assert_eq!(s.apply_sample(20, 10, &metrics(0.0, 2e-4), &c).0, SwitchEvent::Hold);
+        assert!(s.high_precision_at(29) && !s.high_precision_at(30));
+        // At the thresholds is not above them: released.
         assert_eq!(s.apply_sample(30, 10, &metrics(5.0, 1e-4), &c).0, SwitchEvent::Release);
         assert!(!s.high_precision_at(30));
+        assert_eq!(s.apply_sample(40, 10, &metrics(6.0, 0.0), &c).0, SwitchEvent::Switch);
     }
 
     #[test]

@@ -654,3 +654,68 @@ fn operands_only(list: &[TensorKind], path: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(json: &str) -> String {
+        DebugConfig::from_json(json).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn reads_sections_features_and_defaults() {
+        let c = DebugConfig::from_json(
+            r#"{ "s": { "layers": { "layer_name_patterns": ["layers.*.fc1"] },
+                 "features": { "AutoswitchGemm": { "freq": 10 }, "DisableFP8GEMM": { "gemms": ["wgrad"] } } } }"#,
+        )
+        .unwrap();
+        let s = &c.sections["s"];
+        let a = s.features.autoswitch_gemm.as_ref().unwrap();
+        assert_eq!((a.underflow_threshold_pct, a.mse_threshold), (Some(5.0), Some(1e-4)));
+        assert_eq!(a.gemms, GemmName::ALL.to_vec());
+        assert_eq!(a.monitored(GemmName::Dgrad), vec![TensorKind::Gradient, TensorKind::Weight]);
+        assert_eq!(s.features.disable_quantization_gemm.as_ref().unwrap().gemms, vec![GemmName::Wgrad]);
+        assert!(s.layers.matches("layers.3.fc1", &ModuleKind::Linear));
+        assert!(!s.layers.matches("layers.3.fc2", &ModuleKind::Linear));
+        let sched = a.schedule();
+        assert!(sched.samples(0) && sched.samples(20) && !sched.samples(5));
+        let listed = Schedule { freq: 2, start_end_list: vec![[4, 8], [20, 22]], ..Schedule::default() };
+        assert_eq!((0..24).filter(|i| listed.samples(*i)).collect::<Vec<_>>(), vec![4, 6, 8, 20, 22]);
+    }
+
+    #[test]
+    fn bad_configs_name_the_field_and_the_rule() {
+        let layers = r#""layers": { "layer_types": ["linear"] }"#;
+        let cases = [
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "LogEverything": {{}} }} }} }}"#), "s.features"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "LogTensorStats": {{ "tensors": ["activation"], "stats": ["median"] }} }} }} }}"#), "stats[0]"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "AutoswitchGemm": {{ "freq": 0 }} }} }} }}"#), "s.features.AutoswitchGemm.freq"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "AutoswitchGemm": {{ "mse_threshold": -1 }} }} }} }}"#), "mse_threshold"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "AutoswitchGemm": {{ "underflow_threshold_pct": null, "mse_threshold": null }} }} }} }}"#), "at least one threshold"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "FakeQuant": {{ "gemms": ["fprop"], "tensors": ["output"], "quant_format": "FP8E4M3" }} }} }} }}"#), "FakeQuant.tensors"),
+            (format!(r#"{{ "s": {{ {layers}, "features": {{ "LogTensorStats": {{ "tensors": ["activation"], "stats": ["max"], "start_step": 9, "end_step": 2 }} }} }} }}"#), "start_step"),
+            (r#"{ "s": { "layers": {}, "features": {} } }"#.to_string(), "s.layers"),
+            (r#"{ "s": { "layers": { "layer_types": ["attention"] }, "features": {} } }"#.to_string(), "layer_types[0]"),
+            (r#"{ "s": { "layers": { "layer_name_patterns": ["a[b"] }, "features": {} } }"#.to_string(), "not a valid glob"),
+            ("[1, 2]".to_string(), "debug config"),
+        ];
+        for (json, needle) in cases {
+            let e = err(&json);
+            assert!(e.contains(needle), "{json}\n-> {e}\n(expected `{needle}`)");
+        }
+    }
+
+    #[test]
+    fn a_layer_in_two_enabled_sections_is_an_error() {
+        let c = DebugConfig::from_json(
+            r#"{ "a": { "layers": { "layer_types": ["linear"] }, "features": {} },
+                 "b": { "layers": { "layer_name_patterns": ["x*"] }, "features": {} },
+                 "c": { "enabled": false, "layers": { "layer_name_patterns": ["y"] }, "features": {} } }"#,
+        )
+        .unwrap();
+        assert!(c.section_for("x1", &ModuleKind::Linear).is_err());
+        assert_eq!(c.section_for("y", &ModuleKind::Linear).unwrap().unwrap().0, "a");
+        assert!(c.section_for("y", &ModuleKind::LayerNormMlp).unwrap().is_none());
+    }
+}
