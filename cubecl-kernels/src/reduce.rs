@@ -55,3 +55,28 @@ pub fn cube_sum(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] units: 
     sync_cube();
     total
 }
+
+/// Max over the cube of every unit's f32 `value` (never NaN), returned to every unit; it
+/// synchronizes, also before returning, so `scratch` can be reused at once.
+#[cube]
+pub fn cube_max_f32(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] units: usize) -> f32 {
+    let unit = UNIT_POS as usize;
+    scratch[unit] = value;
+    sync_cube();
+    #[unroll]
+    for level in 0..10u32 {
+        let stride = comptime![units >> (level + 1)];
+        if comptime![stride > 0] {
+            if unit < stride {
+                let other = scratch[unit + stride];
+                if other > scratch[unit] {
+                    scratch[unit] = other;
+                }
+            }
+            sync_cube();
+        }
+    }
+    let total = scratch[0];
+    sync_cube();
+    total
+}

@@ -10,6 +10,7 @@
 
 use crate::codec::ElemKind;
 use crate::pairs::load_pair;
+use crate::reduce::{cube_max_f32, cube_sum};
 use cubecl::prelude::*;
 
 /// Rows and columns of a tile; units per cube.
@@ -35,6 +36,18 @@ pub const UNDERFLOWS: usize = 10;
 pub const SQUARED_ERROR: usize = 11;
 pub const OVERFLOWS: usize = 12;
 
+/// +inf and -inf from their bits: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
+/// `float(inf)`, which NVRTC rejects.
+#[cube]
+fn infinity() -> f32 {
+    f32::reinterpret(0x7F80_0000u32)
+}
+
+#[cube]
+fn negative_infinity() -> f32 {
+    f32::reinterpret(0xFF80_0000u32)
+}
+
 /// `ln(amax) - ln(min non-zero)` of a block, 0 for a block of zeros.
 #[cube]
 fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
@@ -43,48 +56,6 @@ fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
         r = f32::ln(amax) - f32::ln(min_nonzero);
     }
     r
-}
-
-/// Max over the cube's units of `value` (every unit calls it; it synchronizes, also before
-/// returning). Values are never NaN here.
-#[cube]
-fn cube_max_f32(value: f32, scratch: &mut SharedMemory<f32>) -> f32 {
-    let unit = UNIT_POS as usize;
-    scratch[unit] = value;
-    sync_cube();
-    #[unroll]
-    for level in 0..5u32 {
-        let stride = comptime![STATS_TILE >> (level + 1)];
-        if unit < stride {
-            let other = scratch[unit + stride];
-            if other > scratch[unit] {
-                scratch[unit] = other;
-            }
-        }
-        sync_cube();
-    }
-    let total = scratch[0];
-    sync_cube();
-    total
-}
-
-/// Sum over the cube's units, in a fixed tree order (unit i adds unit i + stride).
-#[cube]
-fn cube_sum_f32(value: f32, scratch: &mut SharedMemory<f32>) -> f32 {
-    let unit = UNIT_POS as usize;
-    scratch[unit] = value;
-    sync_cube();
-    #[unroll]
-    for level in 0..5u32 {
-        let stride = comptime![STATS_TILE >> (level + 1)];
-        if unit < stride {
-            scratch[unit] = scratch[unit] + scratch[unit + stride];
-        }
-        sync_cube();
-    }
-    let total = scratch[0];
-    sync_cube();
-    total
 }
 
 /// One element's contribution to a unit's accumulators (see the field docs).
@@ -120,7 +91,7 @@ fn fold_error(v: f32, d: f32, limit: f32, acc: &mut Array<f32>) {
     let e = v - d;
     let e2 = e * e;
     // NaN or infinite differences stay out of the sum (NaN < inf is false).
-    if e2 < f32::INFINITY {
+    if e2 < infinity() {
         acc[SQUARED_ERROR] += e2;
     }
     if f32::abs(v) > limit {
@@ -146,9 +117,9 @@ pub fn tensor_stats_kernel(
     for i in 0..STAT_FIELDS {
         acc[i] = 0.0f32;
     }
-    acc[MIN] = f32::INFINITY;
-    acc[MAX] = f32::NEG_INFINITY;
-    acc[MIN_NONZERO_ABS] = f32::INFINITY;
+    acc[MIN] = infinity();
+    acc[MAX] = negative_infinity();
+    acc[MIN_NONZERO_ABS] = infinity();
     let tile = CUBE_POS as usize;
     let tile_cols = cols.div_ceil(STATS_TILE);
     let row = (tile / tile_cols) * STATS_TILE + UNIT_POS as usize;
@@ -179,20 +150,20 @@ pub fn tensor_stats_kernel(
     for i in 0..STAT_FIELDS {
         tile_fields[i] = 0.0f32;
     }
-    tile_fields[NONZERO] = cube_sum_f32(acc[NONZERO], &mut scratch);
-    tile_fields[SUM] = cube_sum_f32(acc[SUM], &mut scratch);
-    tile_fields[SUM_SQUARES] = cube_sum_f32(acc[SUM_SQUARES], &mut scratch);
-    tile_fields[ABS_SUM] = cube_sum_f32(acc[ABS_SUM], &mut scratch);
-    tile_fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch);
-    tile_fields[MAX] = cube_max_f32(acc[MAX], &mut scratch);
-    tile_fields[AMAX] = cube_max_f32(block_amax, &mut scratch);
-    tile_fields[MIN_NONZERO_ABS] = -cube_max_f32(-block_min, &mut scratch);
-    tile_fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch);
+    tile_fields[NONZERO] = cube_sum(acc[NONZERO], &mut scratch, STATS_TILE);
+    tile_fields[SUM] = cube_sum(acc[SUM], &mut scratch, STATS_TILE);
+    tile_fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], &mut scratch, STATS_TILE);
+    tile_fields[ABS_SUM] = cube_sum(acc[ABS_SUM], &mut scratch, STATS_TILE);
+    tile_fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch, STATS_TILE);
+    tile_fields[MAX] = cube_max_f32(acc[MAX], &mut scratch, STATS_TILE);
+    tile_fields[AMAX] = cube_max_f32(block_amax, &mut scratch, STATS_TILE);
+    tile_fields[MIN_NONZERO_ABS] = -cube_max_f32(-block_min, &mut scratch, STATS_TILE);
+    tile_fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch, STATS_TILE);
     tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
     if comptime![with_error] {
-        tile_fields[UNDERFLOWS] = cube_sum_f32(acc[UNDERFLOWS], &mut scratch);
-        tile_fields[SQUARED_ERROR] = cube_sum_f32(acc[SQUARED_ERROR], &mut scratch);
-        tile_fields[OVERFLOWS] = cube_sum_f32(acc[OVERFLOWS], &mut scratch);
+        tile_fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], &mut scratch, STATS_TILE);
+        tile_fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], &mut scratch, STATS_TILE);
+        tile_fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], &mut scratch, STATS_TILE);
     }
     if tile < tiles && UNIT_POS == 0 {
         for i in 0..STAT_FIELDS {

@@ -225,6 +225,10 @@ fn one() -> u64 {
     1
 }
 
+// The schedule fields (`freq`, `start_step`, `end_step`, `start_end_list`) are repeated in each
+// feature that has them: serde's `flatten` cannot be combined with `deny_unknown_fields`, and
+// unknown keys must be errors. `schedule()` (below) gathers them.
+
 /// `LogTensorStats`: statistics of high-precision tensors.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -178,11 +178,12 @@ impl LayerDebug {
     }
 
     /// Whether any feature acts on this layer this iteration (a grouped layer then runs its
-    /// experts one by one so that each is seen and switched on its own).
+    /// experts one by one so that each is seen, scaled and switched on its own).
     pub fn acts(&self) -> bool {
         let f = &self.section.features;
         let it = self.iteration;
         f.disable_quantization_gemm.is_some()
+            || f.per_tensor_scaling.is_some()
             || f.disable_quantization_layer.is_some()
             || f.fake_quant.is_some()
             || f.log_tensor_stats
