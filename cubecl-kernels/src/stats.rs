@@ -36,18 +36,6 @@ pub const UNDERFLOWS: usize = 10;
 pub const SQUARED_ERROR: usize = 11;
 pub const OVERFLOWS: usize = 12;
 
-/// +inf and -inf from their bits: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
-/// `float(inf)`, which NVRTC rejects.
-#[cube]
-fn infinity() -> f32 {
-    f32::reinterpret(0x7F80_0000u32)
-}
-
-#[cube]
-fn negative_infinity() -> f32 {
-    f32::reinterpret(0xFF80_0000u32)
-}
-
 /// `ln(amax) - ln(min non-zero)` of a block, 0 for a block of zeros.
 #[cube]
 fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
@@ -84,14 +72,14 @@ fn fold_value(v: f32, acc: &mut Array<f32>) {
 
 /// The quantization terms of one element against its dequantized value `d`.
 #[cube]
-fn fold_error(v: f32, d: f32, limit: f32, acc: &mut Array<f32>) {
+fn fold_error(v: f32, d: f32, limit: f32, infinity: f32, acc: &mut Array<f32>) {
     if v != 0.0f32 && d == 0.0f32 {
         acc[UNDERFLOWS] += 1.0f32;
     }
     let e = v - d;
     let e2 = e * e;
     // NaN or infinite differences stay out of the sum (NaN < inf is false).
-    if e2 < infinity() {
+    if e2 < infinity {
         acc[SQUARED_ERROR] += e2;
     }
     if f32::abs(v) > limit {
@@ -100,6 +88,8 @@ fn fold_error(v: f32, d: f32, limit: f32, acc: &mut Array<f32>) {
 }
 
 /// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
+/// `infinity` is +inf, passed in: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
+/// `float(inf)` and a reinterpreted constant as a cast of an rvalue, both of which NVRTC rejects.
 #[cube(launch_unchecked)]
 pub fn tensor_stats_kernel(
     input: &Array<u32>,
@@ -109,6 +99,7 @@ pub fn tensor_stats_kernel(
     rows: usize,
     cols: usize,
     tiles: usize,
+    infinity: f32,
     #[comptime] kind: ElemKind,
     #[comptime] with_error: bool,
 ) {
@@ -117,9 +108,9 @@ pub fn tensor_stats_kernel(
     for i in 0..STAT_FIELDS {
         acc[i] = 0.0f32;
     }
-    acc[MIN] = infinity();
-    acc[MAX] = negative_infinity();
-    acc[MIN_NONZERO_ABS] = infinity();
+    acc[MIN] = infinity;
+    acc[MAX] = -infinity;
+    acc[MIN_NONZERO_ABS] = infinity;
     let tile = CUBE_POS as usize;
     let tile_cols = cols.div_ceil(STATS_TILE);
     let row = (tile / tile_cols) * STATS_TILE + UNIT_POS as usize;
@@ -138,8 +129,8 @@ pub fn tensor_stats_kernel(
             fold_value(a, &mut acc);
             fold_value(b, &mut acc);
             if comptime![with_error] {
-                fold_error(a, dequantized[base + c], overflow_limit, &mut acc);
-                fold_error(b, dequantized[base + c + 1], overflow_limit, &mut acc);
+                fold_error(a, dequantized[base + c], overflow_limit, infinity, &mut acc);
+                fold_error(b, dequantized[base + c + 1], overflow_limit, infinity, &mut acc);
             }
         }
     }
@@ -211,6 +202,7 @@ pub fn tensor_stats<R: Runtime>(
             x.rows,
             x.cols,
             tiles,
+            f32::INFINITY,
             x.kind,
             error.is_some(),
         )
