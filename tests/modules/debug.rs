@@ -173,6 +173,39 @@ pub fn check_grouped_per_expert_switch<B: LowpBackend>(device: &B::Device, exact
     assert!(switch_records(dir.path()).iter().all(|r| r.layer != "experts.gemm_1"));
 }
 
+/// The experts-one-by-one path of a debugged GroupedLinear (statistics only, nothing switched)
+/// gives the grouped path's input and weight gradients (the same quantized operands; the GEMMs
+/// group their sums differently).
+pub fn check_grouped_debug_path_gradients<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"{ "experts": { "layers": { "layer_types": ["grouped_linear"] },
+        "features": { "LogTensorStats": { "tensors": ["activation", "gradient"], "stats": ["max"] } } } }"#;
+    let layer = GroupedLinearConfig::new(4, 64, 128).with_bias(true).with_name("experts".into())
+        .init::<AD<B>>(&recipe("current_scaling.json"), device).unwrap();
+    let splits = [40i64, 0, 64, 24];
+    let m_splits = || Tensor::<AD<B>, 1, Int>::from_data(TensorData::new(splits.to_vec(), [4]), device);
+    let x = Tensor::<AD<B>, 2>::random([128, 64], Distribution::Normal(0.0, 1.0), device);
+    let g = Tensor::<AD<B>, 2>::random([128, 128], Distribution::Normal(0.0, 1.0), device);
+    let grads = |debugged: bool| {
+        let s = session(config, dir.path());
+        let guard = debugged.then(|| s.install());
+        let x = x.clone().require_grad();
+        let grads = (layer.forward(x.clone(), m_splits()).unwrap() * g.clone()).sum().backward();
+        drop(guard);
+        let bias = layer.bias.as_ref().unwrap().grad(&grads).unwrap();
+        (host(x.grad(&grads).unwrap()), host(layer.weight.grad(&grads).unwrap()), host(bias))
+    };
+    let (plain, debugged) = (grads(false), grads(true));
+    let bound = match exactness {
+        Exactness::Reference => 1e-5,
+        Exactness::Gpu => 1e-2,
+    };
+    for (what, a, b) in [("dX", &debugged.0, &plain.0), ("dW", &debugged.1, &plain.1), ("db", &debugged.2, &plain.2)] {
+        let e = tiny_rows_error(a, b, 0);
+        assert!(e <= bound, "{what}: experts one by one vs grouped: {e}");
+    }
+}
+
 /// DisableQuantizationGEMM on fprop: the output is the plain high-precision product.
 pub fn check_disabled_fprop_is_high_precision<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     let dir = tempfile::tempdir().unwrap();
@@ -308,6 +341,13 @@ macro_rules! debug_suite {
         fn autoswitch_decides_per_expert() {
             if let Some(d) = $device {
                 crate::debug::check_grouped_per_expert_switch::<$backend>(&d, $exactness);
+            }
+        }
+
+        #[test]
+        fn autoswitch_per_expert_path_has_the_grouped_gradients() {
+            if let Some(d) = $device {
+                crate::debug::check_grouped_debug_path_gradients::<$backend>(&d, $exactness);
             }
         }
 
