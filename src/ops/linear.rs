@@ -20,6 +20,7 @@ use super::grouped_linear::GroupedLinearOp;
 use super::grouped_rows::RowMove;
 use crate::backend::{GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
+use crate::debug::layer::direction_for;
 use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
 use crate::format::{Direction, Fp8Format, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
@@ -404,40 +405,34 @@ pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
 ) -> (Option<FloatTensor<Q>>, Option<FloatTensor<Q>>) {
     let d = &saved.debug;
     debug_or_warn(d.observe(TensorKind::Gradient, dy, Some(qdy)), "gradient statistics");
-    let grad = |direction| Operand {
-        tensor: TensorKind::Gradient,
-        high_precision: Some(dy),
-        quantized: qdy,
-        direction,
+    // `gemm`'s operands (dY and `other`, whose original the forward may have kept), falling back
+    // to the quantized ones if a tool fails.
+    let operands = |gemm: GemmName,
+                    tensor: TensorKind,
+                    original: Option<&FloatTensor<Q>>,
+                    other: &QuantizedTensor<Q>| {
+        let chosen = d.operands(
+            gemm,
+            Operand {
+                tensor: TensorKind::Gradient,
+                high_precision: Some(dy),
+                quantized: qdy,
+                direction: direction_for(TensorKind::Gradient, gemm),
+            },
+            Operand {
+                tensor,
+                high_precision: original,
+                quantized: other,
+                direction: direction_for(tensor, gemm),
+            },
+            out_dtype,
+        );
+        debug_or_warn(chosen, &format!("{} operands", gemm.name()))
+            .unwrap_or_else(|| (qdy.clone(), other.clone()))
     };
-    let dgrad = w_columnwise.map(|w| {
-        let operands = d.operands(
-            GemmName::Dgrad,
-            grad(Direction::Rowwise),
-            Operand {
-                tensor: TensorKind::Weight,
-                high_precision: saved.w.as_ref(),
-                quantized: w,
-                direction: Direction::Columnwise,
-            },
-            out_dtype,
-        );
-        debug_or_warn(operands, "dgrad operands").unwrap_or_else(|| (qdy.clone(), w.clone()))
-    });
-    let wgrad = x_columnwise.map(|x| {
-        let operands = d.operands(
-            GemmName::Wgrad,
-            grad(Direction::Columnwise),
-            Operand {
-                tensor: TensorKind::Activation,
-                high_precision: saved.x.as_ref(),
-                quantized: x,
-                direction: Direction::Columnwise,
-            },
-            out_dtype,
-        );
-        debug_or_warn(operands, "wgrad operands").unwrap_or_else(|| (qdy.clone(), x.clone()))
-    });
+    let dgrad = w_columnwise.map(|w| operands(GemmName::Dgrad, TensorKind::Weight, saved.w.as_ref(), w));
+    let wgrad = x_columnwise
+        .map(|x| operands(GemmName::Wgrad, TensorKind::Activation, saved.x.as_ref(), x));
     let (dx, dw) = dgrad_and_wgrad::<Q>(
         dgrad.as_ref().map(|(a, b)| (a, b)),
         wgrad.as_ref().map(|(a, b)| (a, b)),
