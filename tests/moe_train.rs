@@ -57,6 +57,7 @@ fn train_run<'a>(config: &'a RunConfig, recipe: &'a burn_lowp::recipe::Recipe, c
         progress: false,
         memory_probe: None,
         debug: None,
+        sync_every_step: false,
     }
 }
 
@@ -201,6 +202,34 @@ fn resuming_from_a_checkpoint_reproduces_the_uninterrupted_losses_bit_for_bit() 
 
 /// `moe_train --compare` end to end on the CPU: every run's metrics, the chart, the table; then
 /// `--report` redraws them from the runs on disk.
+/// The step-bound diagnostic (`sync_every_step`) waits for the device after each step and
+/// reports the wait; it changes no number of the training.
+#[test]
+fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
+    let _seeded = seeded();
+    let device = Default::default();
+    let corpus = Corpus::built_in(1 << 16);
+    let config = tiny_config(4, 2, "softmax");
+    let recipe = suite::recipe("current_scaling.json");
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = train::<AD>(&train_run(&config, &recipe, &corpus, plain_dir.path()), &device).unwrap();
+    let synced_dir = tempfile::tempdir().unwrap();
+    let synced = train::<AD>(
+        &TrainRun {
+            sync_every_step: true,
+            ..train_run(&config, &recipe, &corpus, synced_dir.path())
+        },
+        &device,
+    )
+    .unwrap();
+    let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&synced.losses), bits(&plain.losses));
+    assert_eq!(plain.sync_wait_ms_per_step, None);
+    let wait = synced.sync_wait_ms_per_step.expect("a wait per step");
+    assert!(wait >= 0.0 && wait.is_finite(), "{wait}");
+    assert!(synced.host_ms_per_step > 0.0 && plain.host_ms_per_step > 0.0);
+}
+
 #[test]
 fn the_moe_train_command_writes_metrics_a_chart_and_a_table() {
     let _seeded = seeded();

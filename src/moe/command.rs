@@ -53,6 +53,11 @@ pub struct MoeTrainArgs {
     /// logged to `<out>/<recipe>/debug/`, with a switch summary at the end of each run.
     #[arg(long, conflicts_with = "report")]
     pub debug_config: Option<PathBuf>,
+    /// Diagnostic: wait for the device after every step and record how long the host spent
+    /// enqueueing the step and how long it then waited for the GPU (`summary.json`): a wait near
+    /// zero means the step is bound by the host, not the GPU. Slows training a little.
+    #[arg(long, conflicts_with = "report")]
+    pub sync_every_step: bool,
     /// Train nothing: draw the chart and write the table from the runs already in --out (each
     /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
     #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
@@ -177,6 +182,7 @@ where
                 progress: !args.quiet,
                 memory_probe,
                 debug: debug.as_ref(),
+                sync_every_step: args.sync_every_step,
             },
             device,
         )?;
@@ -197,6 +203,14 @@ where
             "{}: {} parameters, final loss {:.4}, held-out {:.4}, {:.0} tokens/s",
             name, summary.num_params, summary.final_loss, summary.eval_loss, summary.tokens_per_s
         );
+        if let Some(wait) = summary.sync_wait_ms_per_step {
+            println!(
+                "{name}: the host spent {:.1} ms per step in the step's code, then waited {:.1} ms for the GPU ({})",
+                summary.host_ms_per_step,
+                wait,
+                if wait < 0.1 * summary.host_ms_per_step { "host-bound" } else { "the GPU takes longer than the host" }
+            );
+        }
         summaries.push(summary);
     }
 

@@ -51,6 +51,9 @@ pub struct TrainRun<'a> {
     pub memory_probe: Option<&'a dyn Fn() -> u64>,
     /// A debug config: statistics and AutoswitchGemm logs go to `<out_dir>/debug/`.
     pub debug: Option<&'a DebugConfig>,
+    /// Wait for the device after every step, timing the host's enqueueing and the wait apart
+    /// (`RunSummary::sync_wait_ms_per_step`): a diagnostic of what bounds the step.
+    pub sync_every_step: bool,
 }
 
 /// One logged step.
@@ -93,6 +96,16 @@ pub struct RunSummary {
     pub debug_metric_reads_per_step: f64,
     #[serde(default)]
     pub blocking_debug_metric_reads_per_step: f64,
+    /// Host time per step spent in the step's code (forward, backward, optimizer: enqueueing
+    /// work, plus any host read that waited), over the timed steps.
+    #[serde(default)]
+    pub host_ms_per_step: f64,
+    /// With `sync_every_step`: how long the host then waited for the GPU to finish the step.
+    /// Near zero: the GPU finished the step's work before the host finished enqueueing it (the
+    /// step is host-bound, and its GPU time is at most `host_ms_per_step`); otherwise the GPU
+    /// time is about `host_ms_per_step + sync_wait_ms_per_step`.
+    #[serde(default)]
+    pub sync_wait_ms_per_step: Option<f64>,
 }
 
 fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> Vec<f32> {
@@ -208,8 +221,12 @@ where
     };
     let installed = debug.as_ref().map(|s| s.install());
     let mut interval_start = Instant::now();
+    // Host time in each step's code, and (sync_every_step) the wait for the GPU after it.
+    let mut step_host: Vec<f64> = Vec::new();
+    let mut step_wait: Vec<f64> = Vec::new();
 
     for step in first_step..last_step {
+        let step_start = Instant::now();
         let lr = train.learning_rate(step);
         let mut accumulator = GradientsAccumulator::<MoeLm<B>>::new();
         let mut step_loss: Option<Tensor<B, 1>> = None;
@@ -240,6 +257,14 @@ where
             session.step()?;
         }
         pending.push((step, lr, step_loss.expect("loss"), step_aux.expect("aux")));
+        step_host.push(step_start.elapsed().as_secs_f64());
+        if run.sync_every_step {
+            let wait_start = Instant::now();
+            B::sync(device).map_err(|e| {
+                LowpError::invalid("device", format!("{e:?}"), "synchronizing after a step failed")
+            })?;
+            step_wait.push(wait_start.elapsed().as_secs_f64());
+        }
 
         let done = step + 1;
         if done % train.log_every == 0 || done == last_step {
@@ -300,6 +325,12 @@ where
     let syncs = host_syncs().since(&syncs_before);
     let timed = if intervals.len() > 1 { &intervals[1..] } else { &intervals[..] };
     let (timed_steps, timed_seconds) = timed.iter().fold((0, 0.0), |(n, s), (a, b)| (n + a, s + b));
+    // Per-step host and wait times over the timed steps (after the first interval).
+    let skipped = if intervals.len() > 1 { intervals[0].0 } else { 0 };
+    let mean_ms = |v: &[f64]| match v.get(skipped..) {
+        Some(rest) if !rest.is_empty() => 1e3 * rest.iter().sum::<f64>() / rest.len() as f64,
+        _ => 1e3 * v.iter().sum::<f64>() / v.len().max(1) as f64,
+    };
     let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
     let final_loss = match losses.len() {
         0 => f32::NAN,
@@ -325,5 +356,7 @@ where
         last_loads,
         debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,
         blocking_debug_metric_reads_per_step: syncs.blocking_debug_metric_reads as f64 / ran as f64,
+        host_ms_per_step: mean_ms(&step_host),
+        sync_wait_ms_per_step: run.sync_every_step.then(|| mean_ms(&step_wait)),
     })
 }
