@@ -228,6 +228,11 @@ fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
     let wait = synced.sync_wait_ms_per_step.expect("a wait per step");
     assert!(wait >= 0.0 && wait.is_finite(), "{wait}");
     assert!(synced.host_ms_per_step > 0.0 && plain.host_ms_per_step > 0.0);
+    // The phases are parts of the step's host time.
+    let p = &synced.host_phase_ms_per_step;
+    assert!(p.forward > 0.0 && p.backward > 0.0 && p.optimizer > 0.0, "{p:?}");
+    let parts = p.forward + p.backward + p.optimizer;
+    assert!(parts <= synced.host_ms_per_step * (1.0 + 1e-9), "{parts} > {}", synced.host_ms_per_step);
 }
 
 #[test]

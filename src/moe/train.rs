@@ -100,12 +100,40 @@ pub struct RunSummary {
     /// work, plus any host read that waited), over the timed steps.
     #[serde(default)]
     pub host_ms_per_step: f64,
+    /// `host_ms_per_step` split by phase: the micro-batches' forward passes, their backward
+    /// passes (with gradient accumulation), and the optimizer step.
+    #[serde(default)]
+    pub host_phase_ms_per_step: HostPhases,
     /// With `sync_every_step`: how long the host then waited for the GPU to finish the step.
     /// Near zero: the GPU finished the step's work before the host finished enqueueing it (the
     /// step is host-bound, and its GPU time is at most `host_ms_per_step`); otherwise the GPU
     /// time is about `host_ms_per_step + sync_wait_ms_per_step`.
     #[serde(default)]
     pub sync_wait_ms_per_step: Option<f64>,
+}
+
+/// Host milliseconds per step in each phase of the step's code.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HostPhases {
+    pub forward: f64,
+    pub backward: f64,
+    pub optimizer: f64,
+}
+
+/// Host seconds of each phase, one entry per call.
+#[derive(Default)]
+struct PhaseTimes {
+    forward: Vec<f64>,
+    backward: Vec<f64>,
+    optimizer: Vec<f64>,
+}
+
+/// Mean of `v[skip..]` in milliseconds (of all of `v` when nothing is left after `skip`).
+fn mean_ms_from(v: &[f64], skip: usize) -> f64 {
+    match v.get(skip..) {
+        Some(rest) if !rest.is_empty() => 1e3 * rest.iter().sum::<f64>() / rest.len() as f64,
+        _ => 1e3 * v.iter().sum::<f64>() / v.len().max(1) as f64,
+    }
 }
 
 fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> Vec<f32> {
@@ -224,6 +252,7 @@ where
     // Host time in each step's code, and (sync_every_step) the wait for the GPU after it.
     let mut step_host: Vec<f64> = Vec::new();
     let mut step_wait: Vec<f64> = Vec::new();
+    let mut phases = PhaseTimes::default();
 
     for step in first_step..last_step {
         let step_start = Instant::now();
@@ -235,9 +264,13 @@ where
         for m in 0..micro {
             let batch = run.corpus.batch::<B>(train.seed, step, m, rows, train.seq_len, device);
             let first = (micro > 1).then_some(m == 0);
+            let phase = Instant::now();
             let out = model.forward_loss(batch.tokens, batch.targets, first)?;
+            phases.forward.push(phase.elapsed().as_secs_f64());
+            let phase = Instant::now();
             let grads = out.loss().div_scalar(micro as f64).backward();
             accumulator.accumulate(&model, GradientsParams::from_grads(grads, &model));
+            phases.backward.push(phase.elapsed().as_secs_f64());
             let add = |acc: Option<Tensor<B, 1>>, t: Tensor<B, 1>| Some(match acc {
                 Some(a) => a + t.detach(),
                 None => t.detach(),
@@ -251,8 +284,10 @@ where
         }
         let loads = loads.expect("at least one micro-batch");
         last_loads = loads.clone();
+        let phase = Instant::now();
         model.end_step(Some(loads));
         model = optim.step(lr, model, accumulator.grads());
+        phases.optimizer.push(phase.elapsed().as_secs_f64());
         if let Some(session) = &debug {
             session.step()?;
         }
@@ -327,10 +362,7 @@ where
     let (timed_steps, timed_seconds) = timed.iter().fold((0, 0.0), |(n, s), (a, b)| (n + a, s + b));
     // Per-step host and wait times over the timed steps (after the first interval).
     let skipped = if intervals.len() > 1 { intervals[0].0 } else { 0 };
-    let mean_ms = |v: &[f64]| match v.get(skipped..) {
-        Some(rest) if !rest.is_empty() => 1e3 * rest.iter().sum::<f64>() / rest.len() as f64,
-        _ => 1e3 * v.iter().sum::<f64>() / v.len().max(1) as f64,
-    };
+    let mean_ms = |v: &[f64]| mean_ms_from(v, skipped);
     let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
     let final_loss = match losses.len() {
         0 => f32::NAN,
@@ -357,6 +389,11 @@ where
         debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,
         blocking_debug_metric_reads_per_step: syncs.blocking_debug_metric_reads as f64 / ran as f64,
         host_ms_per_step: mean_ms(&step_host),
+        host_phase_ms_per_step: HostPhases {
+            forward: micro as f64 * mean_ms_from(&phases.forward, skipped * micro),
+            backward: micro as f64 * mean_ms_from(&phases.backward, skipped * micro),
+            optimizer: mean_ms_from(&phases.optimizer, skipped),
+        },
         sync_wait_ms_per_step: run.sync_every_step.then(|| mean_ms(&step_wait)),
     })
 }
