@@ -4,7 +4,8 @@
 //! the NVFP4 post-RHT amax, per row group), `fp8` (per-tensor current/delayed scaling), `fp8_block`
 //! (1x128, 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. Grouped (MoE) matrices: the
 //! layout of their row groups (`group_layout`, launcher beside it), grouped modes of the quantize
-//! kernels, and the per-group row scaling of grouped GEMM outputs (`row_scale`). In-kernel scalar
+//! kernels, the per-group row scaling of grouped GEMM outputs (`row_scale`) and the row moves
+//! between packed and aligned layouts (`row_gather`). In-kernel scalar
 //! helpers live in `codec`, `scale`, `hadamard` and `random`. The host references they match bit
 //! for bit are in the root crate under `src/format/`.
 //!
@@ -34,6 +35,7 @@ pub mod pairs;
 pub mod partial_sums;
 pub mod random;
 pub mod reduce;
+pub mod row_gather;
 pub mod row_scale;
 pub mod scale;
 pub mod stats;

@@ -855,6 +855,38 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         GroupedGemmPath::PerGroup(super::GemmPath::DequantizeMatmul)
     }
 
+    /// One kernel moving whole rows as 32-bit words (`kernels::row_gather`); Burn's `select`
+    /// where a row is not a whole number of words or the index is not i32/i64.
+    fn lowp_gather_rows(t: FloatTensor<Self>, index: IntTensor<Self>) -> FloatTensor<Self> {
+        let shape = t.shape();
+        let index_kind = match index.dtype {
+            DType::I32 => Some(kernels::row_gather::IndexKind::I32),
+            DType::I64 => Some(kernels::row_gather::IndexKind::I64),
+            _ => None,
+        };
+        let row_bytes = shape.as_slice().get(1).map(|c| c * t.dtype.size());
+        let (Some(index_kind), Some(row_bytes), 2) = (index_kind, row_bytes, shape.num_dims())
+        else {
+            return crate::ops::grouped_rows::select_rows_or_zero::<Self>(t, index);
+        };
+        if row_bytes % 4 != 0 {
+            return crate::ops::grouped_rows::select_rows_or_zero::<Self>(t, index);
+        }
+        let t = into_contiguous(t);
+        let index = into_contiguous(index);
+        let (rows, cols, n) = (shape[0], shape[1], index.shape()[0]);
+        let handle = kernels::row_gather::row_gather(
+            &t.client,
+            &t.handle,
+            rows,
+            &index.handle,
+            index_kind,
+            n,
+            row_bytes / 4,
+        );
+        CubeTensor::new_contiguous(t.client.clone(), t.device.clone(), Shape::new([n, cols]), handle, t.dtype)
+    }
+
     /// On the device: each 128-row chunk summed (`sum_dim`), then the chunks of each group added
     /// into its row (`select_assign`), without reading the groups on the host.
     fn grouped_column_sum(

@@ -260,9 +260,9 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             rows,
             cols,
             if d_dtype == DType::BF16 {
-                kernels::row_scale::RowScaleDtype::BF16
+                kernels::ElemKind::BF16
             } else {
-                kernels::row_scale::RowScaleDtype::F32
+                kernels::ElemKind::F32
             },
         );
     }

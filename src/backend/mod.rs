@@ -149,6 +149,14 @@ pub trait LowpBackend: Backend {
         grouped::grouped_column_sum_per_group(t, &layout.groups)
     }
 
+    /// Rows of `t [rows, cols]` picked by `index [n]`: `[n, cols]` whose row r is `t`'s row
+    /// `index[r]`, or zeros where `index[r] >= rows` (padding reads "one past the last row").
+    /// Moves token rows between packed and aligned layouts (`ops::grouped_rows`). The default
+    /// appends a zero row and runs Burn's `select`; CubeBackend gathers rows in one kernel.
+    fn lowp_gather_rows(t: FloatTensor<Self>, index: IntTensor<Self>) -> FloatTensor<Self> {
+        crate::ops::grouped_rows::select_rows_or_zero::<Self>(t, index)
+    }
+
     /// Uploads a host matrix as a `[rows, cols]` float tensor of the matrix's own dtype where the
     /// backend can hold it (NdArray holds f32 only).
     fn float_from_host(m: &HostMatrix, device: &Self::Device) -> FloatTensor<Self>;

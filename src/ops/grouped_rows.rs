@@ -45,19 +45,27 @@ fn with_zero_row<B: LowpBackend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
     Tensor::cat(vec![t, zero], 0)
 }
 
+/// `LowpBackend::lowp_gather_rows` in Burn tensor ops: `t` with a zero row appended, then
+/// `select` (the default for backends without a row-gather kernel).
+/// Indices past the end read the zero row.
+pub fn select_rows_or_zero<B: LowpBackend>(t: FloatTensor<B>, index: IntTensor<B>) -> FloatTensor<B> {
+    let t = tensor::<B>(t);
+    let rows = t.dims()[0];
+    let index = Tensor::<B, 1, Int>::from_primitive(index).clamp_max(rows as i64);
+    with_zero_row(t).select(0, index).into_primitive().tensor()
+}
+
 /// Moves rows of `t` (any backend, no autodiff of its own).
 pub fn move_rows<B: LowpBackend>(
     t: FloatTensor<B>,
     layout: &GroupLayout<B>,
     direction: RowMove,
 ) -> FloatTensor<B> {
-    let indices = |i: &IntTensor<B>| Tensor::<B, 1, Int>::from_primitive(i.clone());
-    let out = match direction {
-        // Aligned row r reads packed token aligned_to_packed[r] (`tokens`: the zero row).
-        RowMove::Pad => with_zero_row(tensor::<B>(t)).select(0, indices(&layout.aligned_to_packed)),
-        RowMove::Unpad => tensor::<B>(t).select(0, indices(&layout.packed_to_aligned)),
-    };
-    out.into_primitive().tensor()
+    match direction {
+        // Aligned row r reads packed token aligned_to_packed[r] (`tokens`: a zero row).
+        RowMove::Pad => B::lowp_gather_rows(t, layout.aligned_to_packed.clone()),
+        RowMove::Unpad => B::lowp_gather_rows(t, layout.packed_to_aligned.clone()),
+    }
 }
 
 /// `y [rows, cols] + bias[g]` on the rows of each group's tokens (padding and tail stay as they

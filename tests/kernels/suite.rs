@@ -418,6 +418,40 @@ pub fn check_group_layout_matches_reference<B: LowpBackend>(device: &B::Device) 
     }
 }
 
+/// `lowp_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
+/// copy), for every dtype given; rows of a whole number of 32-bit words take the row-gather kernel
+/// on CubeBackend, odd f16 rows Burn's `select`.
+pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let rows = 37;
+    let index: Vec<i64> = vec![5, 0, 36, 37, 5, 40, 12, 37, 1, 36, 200];
+    for &dtype in dtypes {
+        for cols in [64, 3] {
+            let t = input(rows, cols, dtype, 11);
+            let got = B::lowp_gather_rows(
+                B::float_from_host(&t, device),
+                burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+                    burn::tensor::TensorData::new(index.clone(), [index.len()]),
+                    device,
+                )
+                .into_primitive(),
+            );
+            let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
+            assert_eq!(got.dims(), [index.len(), cols], "{dtype:?} cols {cols}: shape");
+            let got: Vec<f32> = got.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            let want: Vec<f32> = index
+                .iter()
+                .flat_map(|&i| {
+                    let i = i as usize;
+                    (0..cols).map(move |c| (i, c))
+                })
+                .map(|(i, c)| if i < rows { t.values[i * cols + c] } else { 0.0 })
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{dtype:?} cols {cols}");
+        }
+    }
+}
+
 /// A grouped input laid out as the layout of `splits` says: packed random rows at their aligned
 /// places, zero padding and tail.
 pub fn grouped_input(splits: &[i32], tokens: usize, cols: usize, dtype: InputDtype, seed: u64) -> (HostMatrix, Vec<RowGroup>) {
@@ -515,6 +549,12 @@ macro_rules! kernel_suite {
         #[test]
         fn grouped_quantize_matches_per_slice_quantize() {
             if let Some(d) = $device { crate::suite::check_grouped_quantize_matches_per_slice::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn gather_rows_matches_reference() {
+            let dtypes: Vec<_> = dtypes().into_iter().filter(|d| *d != burn_lowp::format::InputDtype::BF16).collect();
+            if let Some(d) = $device { crate::suite::check_gather_rows_matches_reference::<$backend>(&d, &dtypes); }
         }
 
         #[test]
