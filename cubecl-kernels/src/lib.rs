@@ -4,8 +4,8 @@
 //! the NVFP4 post-RHT amax, per row group), `fp8` (per-tensor current/delayed scaling), `fp8_block`
 //! (1x128, 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. Grouped (MoE) matrices: the
 //! layout of their row groups (`group_layout`, launcher beside it), grouped modes of the quantize
-//! kernels, the per-group row scaling of grouped GEMM outputs (`row_scale`) and the row moves
-//! between packed and aligned layouts (`row_gather`). In-kernel scalar
+//! kernels, the per-group row scaling of grouped GEMM outputs (`row_scale`) the row moves
+//! between packed and aligned layouts (`row_gather`) and the per-group bias add (`group_bias`). In-kernel scalar
 //! helpers live in `codec`, `scale`, `hadamard` and `random`. The host references they match bit
 //! for bit are in the root crate under `src/format/`.
 //!
@@ -25,6 +25,7 @@ pub mod dequantize;
 pub mod flags;
 pub mod fp8;
 pub mod fp8_block;
+pub mod group_bias;
 pub mod group_layout;
 pub mod hadamard;
 pub mod launch;

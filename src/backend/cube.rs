@@ -887,6 +887,44 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         CubeTensor::new_contiguous(t.client.clone(), t.device.clone(), Shape::new([n, cols]), handle, t.dtype)
     }
 
+    /// One kernel (`kernels::group_bias`) where y and the bias share a dtype and rows are whole
+    /// words; Burn ops otherwise.
+    fn lowp_group_bias_add(
+        y: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        row_group: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let (shape, bias_shape) = (y.shape(), bias.shape());
+        let index_kind = match row_group.dtype {
+            DType::I32 => Some(kernels::row_gather::IndexKind::I32),
+            DType::I64 => Some(kernels::row_gather::IndexKind::I64),
+            _ => None,
+        };
+        let kind = elem_kind(y.dtype, "grouped bias input").ok();
+        let fits = shape.num_dims() == 2
+            && bias_shape.num_dims() == 2
+            && bias_shape[1] == shape[1]
+            && shape[1] % 2 == 0
+            && y.dtype == bias.dtype;
+        let (Some(index_kind), Some(kind), true) = (index_kind, kind, fits) else {
+            return crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
+        };
+        let (y, bias, row_group) = (into_contiguous(y), into_contiguous(bias), into_contiguous(row_group));
+        let (rows, cols) = (shape[0], shape[1]);
+        let handle = kernels::group_bias::group_bias_add(
+            &y.client,
+            &y.handle,
+            &bias.handle,
+            &row_group.handle,
+            index_kind,
+            rows,
+            cols,
+            bias_shape[0],
+            kind,
+        );
+        CubeTensor::new_contiguous(y.client.clone(), y.device.clone(), Shape::new([rows, cols]), handle, y.dtype)
+    }
+
     /// On the device: each 128-row chunk summed (`sum_dim`), then the chunks of each group added
     /// into its row (`select_assign`), without reading the groups on the host.
     fn grouped_column_sum(

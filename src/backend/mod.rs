@@ -157,6 +157,17 @@ pub trait LowpBackend: Backend {
         crate::ops::grouped_rows::select_rows_or_zero::<Self>(t, index)
     }
 
+    /// `y [rows, cols] + bias[g]` on the rows whose group `row_group[r]` is below the bias's row
+    /// count (`bias [groups, cols]`); other rows (padding, tail) add zero. The default selects a
+    /// per-row bias matrix and adds it; CubeBackend adds in one kernel.
+    fn lowp_group_bias_add(
+        y: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        row_group: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group)
+    }
+
     /// Uploads a host matrix as a `[rows, cols]` float tensor of the matrix's own dtype where the
     /// backend can hold it (NdArray holds f32 only).
     fn float_from_host(m: &HostMatrix, device: &Self::Device) -> FloatTensor<Self>;

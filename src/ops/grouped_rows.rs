@@ -75,10 +75,17 @@ pub fn add_group_bias<B: LowpBackend>(
     bias: FloatTensor<B>,
     layout: &GroupLayout<B>,
 ) -> FloatTensor<B> {
-    let rows_bias = with_zero_row(tensor::<B>(bias)).select(
-        0,
-        Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()),
-    );
+    B::lowp_group_bias_add(y, bias, layout.row_group.clone())
+}
+
+/// `LowpBackend::lowp_group_bias_add` in Burn tensor ops: the per-row bias matrix (a zero row
+/// for groups past the bias's rows), then an add.
+pub fn add_selected_bias<B: LowpBackend>(
+    y: FloatTensor<B>,
+    bias: FloatTensor<B>,
+    row_group: IntTensor<B>,
+) -> FloatTensor<B> {
+    let rows_bias = tensor::<B>(select_rows_or_zero::<B>(bias, row_group));
     (tensor::<B>(y) + rows_bias).into_primitive().tensor()
 }
 

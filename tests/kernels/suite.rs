@@ -452,6 +452,49 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     }
 }
 
+/// `lowp_group_bias_add` adds bias row `g` to the rows of group `g < groups` and a zero bias to
+/// padding and tail rows (-0 becomes +0), the sum rounded once to the dtype (nearest even), bit
+/// for bit.
+/// Rows of whole words take the kernel on CubeBackend; the odd f32 width takes Burn ops.
+pub fn check_group_bias_add_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let (rows, groups) = (37, 3);
+    let row_group: Vec<i64> = (0..rows as i64).map(|r| [0, 1, 3, 2, 2, 9, 1][r as usize % 7]).collect();
+    for &dtype in dtypes {
+        for cols in [64, 3] {
+            if cols % 2 == 1 && dtype != InputDtype::F32 {
+                continue;
+            }
+            let y = input(rows, cols, dtype, 21);
+            let bias = input(groups, cols, dtype, 22);
+            let got = B::lowp_group_bias_add(
+                B::float_from_host(&y, device),
+                B::float_from_host(&bias, device),
+                burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+                    burn::tensor::TensorData::new(row_group.clone(), [rows]),
+                    device,
+                )
+                .into_primitive(),
+            );
+            let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
+            assert_eq!(got.dims(), [rows, cols], "{dtype:?} cols {cols}: shape");
+            let got: Vec<f32> = got.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            let want: Vec<f32> = (0..rows * cols)
+                .map(|i| {
+                    let (r, c) = (i / cols, i % cols);
+                    let g = row_group[r] as usize;
+                    if g < groups {
+                        dtype.round(y.values[i] + bias.values[g * cols + c])
+                    } else {
+                        y.values[i] + 0.0
+                    }
+                })
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{dtype:?} cols {cols}");
+        }
+    }
+}
+
 /// A grouped input laid out as the layout of `splits` says: packed random rows at their aligned
 /// places, zero padding and tail.
 pub fn grouped_input(splits: &[i32], tokens: usize, cols: usize, dtype: InputDtype, seed: u64) -> (HostMatrix, Vec<RowGroup>) {
@@ -555,6 +598,12 @@ macro_rules! kernel_suite {
         fn gather_rows_matches_reference() {
             let dtypes: Vec<_> = dtypes().into_iter().filter(|d| *d != burn_lowp::format::InputDtype::BF16).collect();
             if let Some(d) = $device { crate::suite::check_gather_rows_matches_reference::<$backend>(&d, &dtypes); }
+        }
+
+        #[test]
+        fn group_bias_add_matches_reference() {
+            let dtypes: Vec<_> = dtypes().into_iter().filter(|d| *d != burn_lowp::format::InputDtype::BF16).collect();
+            if let Some(d) = $device { crate::suite::check_group_bias_add_matches_reference::<$backend>(&d, &dtypes); }
         }
 
         #[test]
