@@ -52,6 +52,15 @@ pub(super) fn fp8_kind(fp8: Fp8Format) -> Fp8Kind {
     }
 }
 
+/// The row-index type of an Int tensor the row kernels read (`row_gather`, `group_bias`).
+fn index_kind(dtype: DType) -> Option<kernels::row_gather::IndexKind> {
+    match dtype {
+        DType::I32 => Some(kernels::row_gather::IndexKind::I32),
+        DType::I64 => Some(kernels::row_gather::IndexKind::I64),
+        _ => None,
+    }
+}
+
 pub(super) fn elem_kind(dtype: DType, tensor: &str) -> Result<ElemKind> {
     match dtype {
         DType::F32 => Ok(ElemKind::F32),
@@ -859,11 +868,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     /// where a row is not a whole number of words or the index is not i32/i64.
     fn lowp_gather_rows(t: FloatTensor<Self>, index: IntTensor<Self>) -> FloatTensor<Self> {
         let shape = t.shape();
-        let index_kind = match index.dtype {
-            DType::I32 => Some(kernels::row_gather::IndexKind::I32),
-            DType::I64 => Some(kernels::row_gather::IndexKind::I64),
-            _ => None,
-        };
+        let index_kind = index_kind(index.dtype);
         let row_bytes = shape.as_slice().get(1).map(|c| c * t.dtype.size());
         let (Some(index_kind), Some(row_bytes), 2) = (index_kind, row_bytes, shape.num_dims())
         else {
@@ -895,11 +900,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         row_group: IntTensor<Self>,
     ) -> FloatTensor<Self> {
         let (shape, bias_shape) = (y.shape(), bias.shape());
-        let index_kind = match row_group.dtype {
-            DType::I32 => Some(kernels::row_gather::IndexKind::I32),
-            DType::I64 => Some(kernels::row_gather::IndexKind::I64),
-            _ => None,
-        };
+        let index_kind = index_kind(row_group.dtype);
         let kind = elem_kind(y.dtype, "grouped bias input").ok();
         let fits = shape.num_dims() == 2
             && bias_shape.num_dims() == 2
