@@ -259,11 +259,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             &scale_b,
             rows,
             cols,
-            if d_dtype == DType::BF16 {
-                kernels::ElemKind::BF16
-            } else {
-                kernels::ElemKind::F32
-            },
+            super::cube::elem_kind(d_dtype, "grouped FP8 GEMM output")?,
         );
     }
     let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
