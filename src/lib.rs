@@ -12,6 +12,7 @@ pub mod format;
 pub mod moe;
 pub mod nn;
 pub mod ops;
+pub mod optim;
 pub mod quant;
 pub mod recipe;
 pub mod tensor_file;

@@ -17,6 +17,9 @@ mod norm_act;
 #[path = "kernels/stats.rs"]
 mod stats;
 
+#[path = "kernels/fused.rs"]
+mod fused;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -24,6 +27,7 @@ mod ndarray {
     crate::suite::kernel_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
     crate::norm_act::norm_act_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
     crate::stats::stats_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
+    crate::fused::fused_suite!(NdArray, Some(Default::default()), [InputDtype::F32], true);
 }
 
 #[cfg(feature = "wgpu")]
@@ -60,6 +64,9 @@ mod wgpu {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
+    // The AdamW check's Burn-op twin casts to f32 with Burn's kernels, which have no bf16 on
+    // wgpu (training on wgpu uses f32 parameters).
+    crate::fused::fused_suite!(Backend, device(), [InputDtype::F32], false);
 }
 
 #[cfg(feature = "cuda")]
@@ -89,5 +96,11 @@ mod cuda {
         Backend,
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
+    crate::fused::fused_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
+        false
     );
 }

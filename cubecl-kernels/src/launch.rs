@@ -229,7 +229,7 @@ fn arg<R: Runtime>(handle: &Handle, words: usize) -> ArrayArg<R> {
 }
 
 /// Cubes for a grid-stride pass over `work` items.
-fn stride_cubes<R: Runtime>(client: &ComputeClient<R>, work: usize, units: usize) -> u32 {
+pub(crate) fn stride_cubes<R: Runtime>(client: &ComputeClient<R>, work: usize, units: usize) -> u32 {
     let sms = client
         .properties()
         .hardware

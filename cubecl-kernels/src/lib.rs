@@ -18,6 +18,7 @@
 //! CUDA backend cannot bitcast a constant (it emits a `reinterpret_cast` of an rvalue).
 
 pub mod activation;
+pub mod adamw;
 pub mod amax;
 pub mod buffers;
 pub mod codec;

@@ -892,6 +892,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         CubeTensor::new_contiguous(t.client.clone(), t.device.clone(), Shape::new([n, cols]), handle, t.dtype)
     }
 
+    /// One kernel per parameter (`kernels::adamw`, `cube_optim.rs`).
+    fn lowp_adamw_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        step: &crate::optim::AdamWStep,
+    ) -> crate::optim::AdamWTensors<FloatTensor<Self>> {
+        super::cube_optim::adamw_step::<R, F, I, BT>(param, grad, moments, step)
+    }
+
     /// One kernel (`kernels::group_bias`) where y and the bias share a dtype and rows are whole
     /// words; Burn ops otherwise.
     fn lowp_group_bias_add(

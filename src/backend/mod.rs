@@ -15,6 +15,8 @@ use crate::quant::QuantizedTensor;
 pub mod cube;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube_norm_act;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cube_optim;
 #[cfg(feature = "cuda")]
 pub mod cublaslt;
 #[cfg(feature = "cuda")]
@@ -287,6 +289,19 @@ pub trait LowpBackend: Backend {
         error: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
     ) -> Result<Self::Bytes> {
         tensor_stats_on_host::<Self>(x, error)
+    }
+
+    /// One AdamW step of a parameter with Burn's gradient-norm clipping (`optim::FusedAdamW`):
+    /// the parameter in its dtype and the f32 moments, all flat `[n]`. The default runs Burn's
+    /// sequence of tensor ops (`optim::adamw::adamw_step_reference`); CubeCL backends run one
+    /// kernel (plus the sum of squares when clipping).
+    fn lowp_adamw_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        step: &crate::optim::AdamWStep,
+    ) -> crate::optim::AdamWTensors<FloatTensor<Self>> {
+        crate::optim::adamw::adamw_step_reference::<Self>(param, grad, moments, step)
     }
 
     /// The path `lowp_gemm` takes for these operands.

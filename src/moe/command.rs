@@ -13,6 +13,7 @@ use super::run_config::RunConfig;
 use super::train::{train, RunSummary, TrainRun};
 use crate::debug::{DebugConfig, DebugSummary};
 use crate::error::LowpError;
+use crate::backend::LowpBackend;
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
@@ -118,7 +119,7 @@ pub fn results_table(runs: &[RunSummary]) -> String {
 pub fn run<B>(args: &MoeTrainArgs, device: &B::Device, memory_probe: Option<&dyn Fn() -> u64>) -> Result<Vec<RunSummary>, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
-    B::InnerBackend: LowpLinear,
+    B::InnerBackend: LowpLinear + LowpBackend,
 {
     if args.report {
         let summaries = read_summaries(&args.out)?;

@@ -4,13 +4,12 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 
 use crate::backend::GroupLayout;
 use crate::error::LowpError;
-use crate::nn::{GroupedLinear, GroupedLinearConfig};
+use crate::nn::{fused, GroupedLinear, GroupedLinearConfig};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
@@ -62,12 +61,8 @@ impl<B: LowpLinear> SwigluExperts<B> {
         is_first_microbatch: Option<bool>,
     ) -> Result<Tensor<B, 2>, LowpError> {
         let h = self.fc1.forward_aligned(x, layout, is_first_microbatch)?;
-        let [rows, width] = h.dims();
-        let f = width / 2;
-        let gate = h.clone().slice([0..rows, 0..f]);
-        let up = h.slice([0..rows, f..width]);
         self.fc2
-            .forward_aligned(silu(gate) * up, layout, is_first_microbatch)
+            .forward_aligned(fused::swiglu(h)?, layout, is_first_microbatch)
     }
 }
 

@@ -6,7 +6,6 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::activation::silu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
@@ -15,7 +14,7 @@ use super::permute::{permutation, permute, unpermute};
 use super::router::{Router, RouterConfig, ScoreFunction};
 use crate::error::LowpError;
 use crate::nn::grouped_linear::move_rows;
-use crate::nn::{Linear, LinearConfig};
+use crate::nn::{fused, Linear, LinearConfig};
 use crate::ops::{LowpLinear, RowMove};
 use crate::recipe::Recipe;
 
@@ -116,10 +115,7 @@ impl<B: LowpLinear> SwigluMlp<B> {
         is_first_microbatch: Option<bool>,
     ) -> Result<Tensor<B, 2>, LowpError> {
         let h = self.fc1.forward_microbatch(x, is_first_microbatch)?;
-        let [rows, width] = h.dims();
-        let f = width / 2;
-        let act = silu(h.clone().slice([0..rows, 0..f])) * h.slice([0..rows, f..width]);
-        self.fc2.forward_microbatch(act, is_first_microbatch)
+        self.fc2.forward_microbatch(fused::swiglu(h)?, is_first_microbatch)
     }
 }
 

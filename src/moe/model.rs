@@ -22,7 +22,7 @@ use burn::tensor::{DType, Int, Tensor};
 use super::layer::{MoeLayer, MoeLayerConfig};
 use super::router::ScoreFunction;
 use crate::error::LowpError;
-use crate::nn::{Linear, LinearConfig, LowpState};
+use crate::nn::{fused, Linear, LinearConfig, LowpState};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
@@ -280,18 +280,18 @@ impl<B: LowpLinear> MoeLm<B> {
         let mut aux = Tensor::<B, 1>::zeros([1], &x.device()).cast(DType::F32);
         let mut loads = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
-            let a = layer.attention_norm.forward(x.clone());
+            let a = fused::rms_norm(&layer.attention_norm, x.clone())?;
             x = x + layer
                 .attention
                 .forward(a, [batch, seq], &self.rope, is_first_microbatch)?;
-            let m = layer.moe_norm.forward(x.clone());
+            let m = fused::rms_norm(&layer.moe_norm, x.clone())?;
             let (y, moe_aux) = layer.moe.forward(m, is_first_microbatch)?;
             let dtype = x.dtype();
             x = x + y.cast(dtype);
             aux = aux + moe_aux.loss;
             loads.push(moe_aux.tokens_per_expert);
         }
-        let x = self.norm.forward(x);
+        let x = fused::rms_norm(&self.norm, x)?;
         let logits = match &self.lm_head {
             Some(head) => head.forward_microbatch(x, is_first_microbatch)?,
             None => x.matmul(self.embedding.weight.val().transpose()),

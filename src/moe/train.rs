@@ -1,4 +1,4 @@
-//! Training an `MoeLm` under one recipe: AdamW with warm-up and cosine decay, micro-batches with
+//! Training an `MoeLm` under one recipe: AdamW (`optim::FusedAdamW`) with warm-up and cosine decay, micro-batches with
 //! gradient accumulation and the weight cache, end-of-step scale updates, metrics as JSON lines,
 //! checkpoints, a held-out evaluation at the end.
 //!
@@ -13,8 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
-use burn::grad_clipping::GradientClippingConfig;
+use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -25,9 +24,11 @@ use super::data::Corpus;
 use super::model::MoeLm;
 use super::run_config::RunConfig;
 use crate::backend::host_sync::host_syncs;
+use crate::backend::LowpBackend;
 use crate::debug::{DebugConfig, DebugSession};
 use crate::error::LowpError;
 use crate::ops::LowpLinear;
+use crate::optim::FusedAdamWConfig;
 use crate::recipe::Recipe;
 
 /// Held-out batches evaluated at the end of a run.
@@ -149,7 +150,7 @@ fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> Vec<f32> {
 fn evaluate<B>(model: &MoeLm<B>, run: &TrainRun, device: &B::Device) -> Result<f32, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
-    B::InnerBackend: LowpLinear,
+    B::InnerBackend: LowpLinear + LowpBackend,
 {
     let train = &run.config.train;
     let mut losses = Vec::with_capacity(EVAL_BATCHES);
@@ -177,17 +178,18 @@ fn open_metrics(run: &TrainRun) -> Result<File, LowpError> {
 pub fn train<B>(run: &TrainRun, device: &B::Device) -> Result<RunSummary, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
-    B::InnerBackend: LowpLinear,
+    B::InnerBackend: LowpLinear + LowpBackend,
 {
     let RunConfig { model: model_config, train } = run.config;
     run.corpus.check_fits(train.seq_len)?;
     B::seed(device, train.seed);
     let mut model: MoeLm<B> = model_config.init(run.recipe, device)?;
-    let mut optim = AdamWConfig::new()
+    // Burn's AdamW and per-parameter norm clipping, one kernel per parameter (`optim`).
+    let mut optim = FusedAdamWConfig::new()
         .with_beta_1(train.beta1)
         .with_beta_2(train.beta2)
         .with_weight_decay(train.weight_decay)
-        .with_grad_clipping(train.grad_clip_norm.map(GradientClippingConfig::Norm))
+        .with_grad_clip_norm(train.grad_clip_norm)
         .init::<B, MoeLm<B>>();
 
     let run_config_json: serde_json::Value = serde_json::from_str(&run.config.to_json()).expect("json");

@@ -1,6 +1,7 @@
 //! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `LayerNormMlp`,
 //! `GroupedLinear`.
 
+pub mod fused;
 pub mod grouped_linear;
 pub mod layernorm_linear;
 pub mod layernorm_mlp;

@@ -17,7 +17,9 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::grouped_linear::GroupedLinearOp;
+use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
+use crate::backend::norm_act::NormSpec;
 use crate::backend::{GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::debug::layer::direction_for;
@@ -201,6 +203,32 @@ pub trait LowpLinear: Backend {
             layout,
             direction,
         ))
+    }
+
+    /// RMSNorm (or LayerNorm without β) of the rows of `x [rows, cols]` with `gamma [cols]`, one
+    /// pass each way (`ops/norm_op.rs`).
+    fn lowp_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        spec: &NormSpec,
+    ) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::norm_op::norm_rows::<Self::Quant>(
+            Self::to_quant(x),
+            Self::to_quant(gamma),
+            spec,
+        )?))
+    }
+
+    /// An activation (`ops::activation`) of the rows of `h`, one pass each way
+    /// (`ops/activation_op.rs`).
+    fn lowp_activation_rows(
+        h: FloatTensor<Self>,
+        spec: &ActivationSpec,
+    ) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::activation_op::activation_rows::<Self::Quant>(
+            Self::to_quant(h),
+            spec,
+        )?))
     }
 
     /// `y [rows, N] + bias[g]` on the token rows of each group `g` (`bias [E, N]`).
@@ -597,6 +625,21 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         layout: &GroupLayout<B>,
     ) -> FloatTensor<Self> {
         super::grouped_rows::add_group_bias_autodiff::<B, C>(y, bias, layout)
+    }
+
+    fn lowp_norm_rows(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        spec: &NormSpec,
+    ) -> Result<FloatTensor<Self>> {
+        super::norm_op::norm_rows_autodiff::<B, C>(x, gamma, spec)
+    }
+
+    fn lowp_activation_rows(
+        h: FloatTensor<Self>,
+        spec: &ActivationSpec,
+    ) -> Result<FloatTensor<Self>> {
+        super::activation_op::activation_rows_autodiff::<B, C>(h, spec)
     }
 
     fn lowp_linear(

@@ -1,10 +1,12 @@
 //! Differentiable ops whose backward passes run quantized GEMMs.
 
 pub mod activation;
+pub mod activation_op;
 pub mod grouped_linear;
 pub mod grouped_rows;
 pub mod layernorm_mlp;
 pub mod linear;
+pub mod norm_op;
 pub mod row_broadcast;
 pub mod row_reduce;
 

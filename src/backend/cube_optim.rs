@@ -1,0 +1,90 @@
+//! `LowpBackend::lowp_adamw_step` on `CubeBackend`: one `burn_lowp_kernels::adamw` launch per
+//! parameter (after the f32 sum of squares of the gradient when clipping). Odd element counts
+//! of 16-bit parameters (a pair would straddle the tensor's end) and moments that are not f32
+//! take the Burn-op reference instead.
+
+use burn::tensor::ops::FloatTensorOps;
+use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_lowp_kernels as kernels;
+use kernels::adamw::AdamWScalars;
+
+use super::cube::{elem_kind, prepare};
+use crate::optim::adamw::{adamw_step_reference, min_positive, sum_of_squares};
+use crate::optim::{AdamWStep, AdamWTensors};
+
+pub(super) fn adamw_step<R, F, I, BT>(
+    param: CubeTensor<R>,
+    grad: CubeTensor<R>,
+    moments: Option<(CubeTensor<R>, CubeTensor<R>)>,
+    step: &AdamWStep,
+) -> AdamWTensors<CubeTensor<R>>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let n = param.shape().num_elements();
+    let kinds = (elem_kind(param.dtype, "parameter"), elem_kind(grad.dtype, "gradient"));
+    let f32_moments = moments.as_ref().is_none_or(|(m, v)| {
+        m.dtype == DType::F32
+            && v.dtype == DType::F32
+            && m.shape().num_elements() == n
+            && v.shape().num_elements() == n
+    });
+    let (Ok(param_kind), Ok(grad_kind)) = kinds else {
+        return adamw_step_reference::<CubeBackend<R, F, I, BT>>(param, grad, moments, step);
+    };
+    if n % 2 != 0 || grad.shape().num_elements() != n || !f32_moments {
+        return adamw_step_reference::<CubeBackend<R, F, I, BT>>(param, grad, moments, step);
+    }
+    let grad_dtype = grad.dtype;
+    let (param, grad) = (prepare(param), prepare(grad));
+    let moments = moments.map(|(m, v)| (prepare(m), prepare(v)));
+    let sum_squares = step.grad_clip_norm.map(|_| {
+        type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+        let g = <B<R, F, I, BT> as FloatTensorOps<B<R, F, I, BT>>>::float_cast(grad.clone(), FloatDType::F32);
+        prepare(sum_of_squares::<B<R, F, I, BT>>(g))
+    });
+    let (correction_1, correction_2) = step.corrections();
+    let scalars = AdamWScalars {
+        lr: step.lr as f32,
+        beta_1: step.beta_1,
+        beta_2: step.beta_2,
+        epsilon: step.epsilon,
+        decay: step.decay(),
+        correction_1,
+        correction_2,
+        clip_threshold: step.grad_clip_norm.unwrap_or(0.0),
+        min_positive: min_positive(grad_dtype),
+    };
+    let out = kernels::adamw::adamw_step(
+        &param.client,
+        &param.handle,
+        param_kind,
+        &grad.handle,
+        grad_kind,
+        moments.as_ref().map(|(m, v)| (&m.handle, &v.handle)),
+        sum_squares.as_ref().map(|s| &s.handle),
+        n,
+        scalars,
+    );
+    let tensor = |handle, dtype| {
+        CubeTensor::new_contiguous(
+            param.client.clone(),
+            param.device.clone(),
+            Shape::new([n]),
+            handle,
+            dtype,
+        )
+    };
+    // The moments share one buffer (`kernels::adamw`): two views of it.
+    let (m, v) = out.moments_views(n);
+    AdamWTensors {
+        param: tensor(out.param, param.dtype),
+        moment_1: tensor(m, DType::F32),
+        moment_2: tensor(v, DType::F32),
+    }
+}

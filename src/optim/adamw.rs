@@ -1,0 +1,237 @@
+//! `FusedAdamW`: Burn's `AdamW` (decoupled weight decay, bias-corrected moments) with Burn's
+//! per-parameter gradient-norm clipping folded in, as one kernel per parameter on CubeCL backends
+//! (`burn_lowp_kernels::adamw`; `LowpBackend::lowp_adamw_step`). Burn's `AdamW` with
+//! `GradientClipping::Norm` launches about 22 kernels per parameter, each a host-side launch;
+//! this launches the sum of squares (two, when clipping) and the step.
+//!
+//! Semantics are Burn's operation for operation (`adamw_step_reference` is that sequence in Burn
+//! tensor ops, the default body the kernel is tested against), with two deliberate differences:
+//! the moments are kept in f32 whatever the parameter's dtype (Burn keeps them in the gradient's
+//! dtype, BF16 for a BF16 model), and the arithmetic runs in f32 with the parameter rounded once
+//! to its dtype (Burn rounds every intermediate to the parameter's dtype). For f32 parameters
+//! both are exactly Burn's arithmetic.
+//!
+//! ```text
+//! let mut optim = FusedAdamWConfig::new().with_grad_clip_norm(Some(1.0)).init::<B, M>();
+//! model = optim.step(lr, model, grads); // burn::optim::Optimizer, as with AdamWConfig
+//! ```
+
+use burn::config::Config;
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{LearningRate, SimpleOptimizer};
+use burn::record::Record;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, FloatDType, Tensor, TensorMetadata, TensorPrimitive};
+
+use crate::backend::LowpBackend;
+
+#[derive(Config, Debug)]
+pub struct FusedAdamWConfig {
+    #[config(default = 0.9)]
+    pub beta_1: f32,
+    #[config(default = 0.999)]
+    pub beta_2: f32,
+    #[config(default = 1e-5)]
+    pub epsilon: f32,
+    #[config(default = 1e-4)]
+    pub weight_decay: f32,
+    /// Clip each parameter's gradient to this L2 norm (Burn's `GradientClipping::Norm`).
+    #[config(default = "None")]
+    pub grad_clip_norm: Option<f32>,
+}
+
+/// The optimizer (`SimpleOptimizer`, run through Burn's `OptimizerAdaptor`).
+#[derive(Debug, Clone)]
+pub struct FusedAdamW {
+    config: FusedAdamWStepConfig,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FusedAdamWStepConfig {
+    beta_1: f32,
+    beta_2: f32,
+    epsilon: f32,
+    weight_decay: f32,
+    grad_clip_norm: Option<f32>,
+}
+
+/// One parameter's state: the f32 moments and the steps taken.
+#[derive(Record, Clone)]
+pub struct FusedAdamWState<B: Backend, const D: usize> {
+    pub time: usize,
+    pub moment_1: Tensor<B, D>,
+    pub moment_2: Tensor<B, D>,
+}
+
+/// What one step of one parameter takes besides the tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWStep {
+    pub lr: LearningRate,
+    pub beta_1: f32,
+    pub beta_2: f32,
+    pub epsilon: f32,
+    pub weight_decay: f32,
+    /// 1 on the first step.
+    pub time: usize,
+    pub grad_clip_norm: Option<f32>,
+}
+
+impl AdamWStep {
+    /// `1 - lr · weight_decay` as Burn forms it (f64, then the element type).
+    pub fn decay(&self) -> f32 {
+        (1.0 - self.lr * self.weight_decay as f64) as f32
+    }
+
+    /// `1 - β1^t` and `1 - β2^t` as Burn forms them (f32).
+    pub fn corrections(&self) -> (f32, f32) {
+        let t = self.time as i32;
+        (1f32 - self.beta_1.powi(t), 1f32 - self.beta_2.powi(t))
+    }
+}
+
+/// A step's results: the parameter in its dtype, the f32 moments (all flat, `[n]`).
+pub struct AdamWTensors<T> {
+    pub param: T,
+    pub moment_1: T,
+    pub moment_2: T,
+}
+
+/// The smallest positive normal of the gradient's dtype (Burn's clipping adds it to the norm).
+pub fn min_positive(dtype: DType) -> f32 {
+    match dtype {
+        DType::F16 => half::f16::MIN_POSITIVE.to_f32(),
+        DType::BF16 => half::bf16::MIN_POSITIVE.to_f32(),
+        _ => f32::MIN_POSITIVE,
+    }
+}
+
+fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
+    let n = t.shape().num_elements();
+    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape([n])
+}
+
+fn float_dtype(dtype: DType) -> FloatDType {
+    match dtype {
+        DType::BF16 => FloatDType::BF16,
+        DType::F16 => FloatDType::F16,
+        _ => FloatDType::F32,
+    }
+}
+
+/// `Σ x²` of an f32 tensor as Burn's norm clipping forms it (`square().sum()`), `[1]`.
+pub fn sum_of_squares<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    B::float_sum(B::float_powi_scalar(x, 2.into()))
+}
+
+/// Burn's clipping and AdamW step in Burn tensor ops on f32 copies of `param` and `grad`, the
+/// parameter cast back once: the default `lowp_adamw_step` and the kernel's reference.
+/// `moments`: the previous f32 `(m, v)`, `None` on the first step.
+pub fn adamw_step_reference<B: Backend>(
+    param: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    moments: Option<(FloatTensor<B>, FloatTensor<B>)>,
+    step: &AdamWStep,
+) -> AdamWTensors<FloatTensor<B>> {
+    let param_dtype = float_dtype(param.dtype());
+    let grad_dtype = grad.dtype();
+    let w = flat::<B>(param).cast(FloatDType::F32);
+    let g = B::float_cast(grad, FloatDType::F32);
+    // Σ g² over the gradient's own shape (a backend's sum may order its terms by shape).
+    let sum_squares = step
+        .grad_clip_norm
+        .map(|_| sum_of_squares::<B>(g.clone()));
+    let mut g = flat::<B>(g);
+    if let (Some(threshold), Some(sum_squares)) = (step.grad_clip_norm, sum_squares) {
+        // GradientClipping::clip_by_norm: threshold / (‖g‖ + min_positive), at most 1.
+        let norm = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum_squares)).sqrt();
+        let coef = (threshold / norm.add_scalar(min_positive(grad_dtype))).clamp_max(1.0);
+        g = g * coef;
+    }
+    let (f1, f2) = (1.0 - step.beta_1, 1.0 - step.beta_2);
+    let (m, v) = match moments {
+        None => (g.clone().mul_scalar(f1), g.square().mul_scalar(f2)),
+        Some((m, v)) => (
+            flat::<B>(m).mul_scalar(step.beta_1).add(g.clone().mul_scalar(f1)),
+            flat::<B>(v).mul_scalar(step.beta_2).add(g.square().mul_scalar(f2)),
+        ),
+    };
+    let (c1, c2) = step.corrections();
+    let delta = m.clone().div_scalar(c1).div(v.clone().div_scalar(c2).sqrt().add_scalar(step.epsilon));
+    let decay_rate = step.lr * step.weight_decay as f64;
+    let decayed = if decay_rate == 0.0 { w } else { w.mul_scalar(1.0 - decay_rate) };
+    let w = decayed - delta.mul_scalar(step.lr);
+    AdamWTensors {
+        param: w.cast(param_dtype).into_primitive().tensor(),
+        moment_1: m.into_primitive().tensor(),
+        moment_2: v.into_primitive().tensor(),
+    }
+}
+
+impl FusedAdamWConfig {
+    pub fn build(&self) -> FusedAdamW {
+        FusedAdamW {
+            config: FusedAdamWStepConfig {
+                beta_1: self.beta_1,
+                beta_2: self.beta_2,
+                epsilon: self.epsilon,
+                weight_decay: self.weight_decay,
+                grad_clip_norm: self.grad_clip_norm,
+            },
+        }
+    }
+
+    /// The optimizer for `module` on `B`, as `AdamWConfig::init` (clipping is the optimizer's
+    /// own, not the adaptor's).
+    pub fn init<B, M>(&self) -> OptimizerAdaptor<FusedAdamW, M, B>
+    where
+        B: AutodiffBackend,
+        B::InnerBackend: LowpBackend,
+        M: AutodiffModule<B>,
+    {
+        OptimizerAdaptor::from(self.build())
+    }
+}
+
+impl<B: LowpBackend> SimpleOptimizer<B> for FusedAdamW {
+    type State<const D: usize> = FusedAdamWState<B, D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<B, D>,
+        grad: Tensor<B, D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<B, D>, Option<Self::State<D>>) {
+        let c = self.config;
+        let shape = tensor.shape();
+        let step = AdamWStep {
+            lr,
+            beta_1: c.beta_1,
+            beta_2: c.beta_2,
+            epsilon: c.epsilon,
+            weight_decay: c.weight_decay,
+            time: state.as_ref().map_or(1, |s| s.time + 1),
+            grad_clip_norm: c.grad_clip_norm,
+        };
+        let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
+        let moments = state.map(|s| (prim(s.moment_1), prim(s.moment_2)));
+        let out = B::lowp_adamw_step(prim(tensor), prim(grad), moments, &step);
+        let back = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape(shape.clone());
+        let state = FusedAdamWState {
+            time: step.time,
+            moment_1: back(out.moment_1),
+            moment_2: back(out.moment_2),
+        };
+        (back(out.param), Some(state))
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
+        FusedAdamWState {
+            time: state.time,
+            moment_1: state.moment_1.to_device(device),
+            moment_2: state.moment_2.to_device(device),
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The fused training pieces on every backend: the AdamW step (`LowpBackend::lowp_adamw_step`,
+//! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
+//! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
+//! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops.
+//!
+//! Tolerances: on NdArray the default bodies are Burn's own ops, so those comparisons are exact.
+//! The kernels compute the same f32 operations in the same order, but GPU compilers may contract
+//! a product and a sum into one fused multiply-add (one rounding instead of two), so on wgpu and
+//! CUDA f32 results may differ in the last bits; 16-bit parameters may then round to the
+//! neighbouring value.
+#![allow(dead_code)]
+
+use burn::backend::Autodiff;
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::Param;
+use burn::nn::RmsNormConfig;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::activation::silu;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorData};
+use burn_lowp::backend::LowpBackend;
+use burn_lowp::format::{HostMatrix, InputDtype};
+use burn_lowp::nn::fused;
+use burn_lowp::optim::adamw::adamw_step_reference;
+use burn_lowp::optim::{AdamWStep, FusedAdamWConfig};
+
+use crate::common::{read_f32, SplitMix};
+
+fn values(n: usize, seed: u64, std: f64, dtype: InputDtype) -> Vec<f32> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| dtype.round((std * rng.normal()) as f32)).collect()
+}
+
+fn vector<B: LowpBackend>(values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
+    let m = HostMatrix::new("param", 1, values.len(), dtype, values).unwrap();
+    let t = B::float_from_host(&m, device);
+    B::float_reshape(t, burn::tensor::Shape::new([m.cols]))
+}
+
+/// `|got - want| <= rel · |want| + abs` everywhere.
+fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        assert!(
+            err <= rel * w.abs() + abs,
+            "{what}[{i}]: {g} vs {w} (err {err:.3e})"
+        );
+    }
+}
+
+/// Relative size of one unit in the last place of `dtype`.
+fn ulp(dtype: InputDtype) -> f32 {
+    match dtype {
+        InputDtype::F32 => 2f32.powi(-23),
+        InputDtype::F16 => 2f32.powi(-10),
+        InputDtype::BF16 => 2f32.powi(-7),
+    }
+}
+
+/// Two AdamW steps (the first creates the moments), with and without clipping, on an element
+/// count that is not a multiple of the kernel's cube: kernel against the Burn-op twin.
+pub fn check_adamw_step<B: LowpBackend>(device: &B::Device, dtype: InputDtype, exact: bool) {
+    let n = 1030;
+    // Clip to 0.05 with gradients of norm ~3.2: the clipping coefficient is active.
+    for clip in [None, Some(0.05f32)] {
+        let step = AdamWStep {
+            lr: 1e-2,
+            beta_1: 0.9,
+            beta_2: 0.95,
+            epsilon: 1e-8,
+            weight_decay: 0.1,
+            time: 1,
+            grad_clip_norm: clip,
+        };
+        let param = vector::<B>(values(n, 1, 1.0, dtype), dtype, device);
+        let grads = [
+            vector::<B>(values(n, 2, 0.1, dtype), dtype, device),
+            vector::<B>(values(n, 3, 0.1, dtype), dtype, device),
+        ];
+        let mut state = (param, None);
+        for (t, grad) in grads.into_iter().enumerate() {
+            let step = AdamWStep { time: t + 1, ..step };
+            let (param, moments) = state;
+            let got = B::lowp_adamw_step(param.clone(), grad.clone(), moments.clone(), &step);
+            let want = adamw_step_reference::<B>(param, grad, moments, &step);
+            let what = format!("{} clip {clip:?} step {}", dtype.name(), t + 1);
+            let (g, w) = (read_f32::<B>(got.param.clone()), read_f32::<B>(want.param.clone()));
+            if exact {
+                assert_eq!(g, w, "{what}: parameter");
+            } else {
+                // A few f32 ulps of the update, then the parameter's own rounding.
+                assert_close(&g, &w, ulp(dtype), 1e-6, &format!("{what}: parameter"));
+            }
+            for (name, a, b) in [
+                ("m", got.moment_1.clone(), want.moment_1.clone()),
+                ("v", got.moment_2.clone(), want.moment_2.clone()),
+            ] {
+                let (a, b) = (read_f32::<B>(a), read_f32::<B>(b));
+                if exact {
+                    assert_eq!(a, b, "{what}: {name}");
+                } else {
+                    assert_close(&a, &b, 4.0 * ulp(InputDtype::F32), 1e-12, &format!("{what}: {name}"));
+                }
+            }
+            state = (want.param, Some((want.moment_1, want.moment_2)));
+        }
+    }
+}
+
+/// Three training steps of a small `Linear` under `FusedAdamW` and under Burn's `AdamW` with
+/// `GradientClipping::Norm`, from the same weights and data: the same weights after each step.
+pub fn check_fused_adamw_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) {
+    type A<B> = Autodiff<B>;
+    // Explicit weights: Burn initializes parameters lazily, and clones of an uninitialized
+    // module would each draw their own.
+    let model = burn::nn::Linear::<A<B>> {
+        weight: Param::from_tensor(Tensor::from_data(
+            TensorData::new(values(16 * 8, 7, 0.3, InputDtype::F32), [16, 8]),
+            device,
+        )),
+        bias: Some(Param::from_tensor(Tensor::from_data(
+            TensorData::new(values(8, 8, 0.3, InputDtype::F32), [8]),
+            device,
+        ))),
+    };
+    let mut burn_model = model.clone();
+    let mut fused_model = model;
+    let mut burn_optim = AdamWConfig::new()
+        .with_beta_2(0.95)
+        .with_weight_decay(0.1)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(0.5)))
+        .init::<A<B>, burn::nn::Linear<A<B>>>();
+    let mut fused_optim = FusedAdamWConfig::new()
+        .with_beta_2(0.95)
+        .with_weight_decay(0.1)
+        .with_grad_clip_norm(Some(0.5))
+        .init::<A<B>, burn::nn::Linear<A<B>>>();
+    for step in 0..3u64 {
+        let x = Tensor::<A<B>, 2>::from_data(
+            TensorData::new(values(4 * 16, 10 + step, 1.0, InputDtype::F32), [4, 16]),
+            device,
+        );
+        let loss = |m: &burn::nn::Linear<A<B>>| m.forward(x.clone()).powi_scalar(2).mean();
+        let g = GradientsParams::from_grads(loss(&burn_model).backward(), &burn_model);
+        burn_model = burn_optim.step(1e-2, burn_model, g);
+        let g = GradientsParams::from_grads(loss(&fused_model).backward(), &fused_model);
+        fused_model = fused_optim.step(1e-2, fused_model, g);
+        let read = |m: &burn::nn::Linear<A<B>>| {
+            let mut v = m.weight.val().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            v.extend(m.bias.as_ref().unwrap().val().into_data().convert::<f32>().into_vec::<f32>().unwrap());
+            v
+        };
+        let (want, got) = (read(&burn_model), read(&fused_model));
+        if exact {
+            assert_eq!(got, want, "step {step}: weights");
+        } else {
+            assert_close(&got, &want, 1e-5, 1e-6, &format!("step {step}: weights"));
+        }
+    }
+}
+
+/// `nn::fused::rms_norm` and `swiglu` on `Autodiff<B>`: values and gradients (x, γ; h) against
+/// the blocks in Burn tensor ops, in f32.
+pub fn check_norm_and_swiglu<B: LowpBackend>(device: &B::Device) {
+    type A<B> = Autodiff<B>;
+    let f32s = InputDtype::F32;
+    let (rows, cols) = (6, 64);
+    let tensor = |seed: u64, std: f64, shape: [usize; 2]| {
+        Tensor::<A<B>, 2>::from_data(
+            TensorData::new(values(shape[0] * shape[1], seed, std, f32s), shape),
+            device,
+        )
+    };
+    let read = |t: Tensor<B, 2>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+
+    // RMSNorm: gamma around 1, loss = Σ y · w.
+    let mut norm = RmsNormConfig::new(cols).with_epsilon(1e-5).init::<A<B>>(device);
+    let gamma = Tensor::<A<B>, 1>::from_data(
+        TensorData::new(values(cols, 21, 0.2, f32s).iter().map(|v| v + 1.0).collect::<Vec<_>>(), [cols]),
+        device,
+    );
+    norm.gamma = Param::from_tensor(gamma);
+    let w = tensor(22, 1.0, [rows, cols]);
+    let x = tensor(23, 2.0, [rows, cols]).require_grad();
+    let y = fused::rms_norm(&norm, x.clone()).unwrap();
+    let grads = (y.clone() * w.clone()).sum().backward();
+    let (dx, dgamma) = (x.grad(&grads).unwrap(), norm.gamma.val().grad(&grads).unwrap());
+
+    let x_ref = x.clone().detach().require_grad();
+    let g_ref = norm.gamma.val().detach().require_grad();
+    let rms = (x_ref.clone().square().mean_dim(1) + 1e-5).sqrt();
+    let y_ref = x_ref.clone() / rms * g_ref.clone().unsqueeze::<2>();
+    let grads_ref = (y_ref.clone() * w.clone()).sum().backward();
+    let tol = 1e-5;
+    assert_close(&read(y.inner()), &read(y_ref.inner()), tol, tol, "rms_norm y");
+    assert_close(&read(dx), &read(x_ref.grad(&grads_ref).unwrap()), tol, tol, "rms_norm dx");
+    let dg_ref = g_ref.grad(&grads_ref).unwrap().reshape([1, cols]);
+    assert_close(&read(dgamma.reshape([1, cols])), &read(dg_ref), tol, 1e-4, "rms_norm dgamma");
+
+    // SwiGLU: silu(h[:, :F]) · h[:, F:], loss = Σ out · w.
+    let f = cols / 2;
+    let h = tensor(24, 2.0, [rows, cols]).require_grad();
+    let w = tensor(25, 1.0, [rows, f]);
+    let out = fused::swiglu(h.clone()).unwrap();
+    let grads = (out.clone() * w.clone()).sum().backward();
+    let h_ref = h.clone().detach().require_grad();
+    let out_ref = silu(h_ref.clone().slice([0..rows, 0..f])) * h_ref.clone().slice([0..rows, f..cols]);
+    let grads_ref = (out_ref.clone() * w).sum().backward();
+    assert_close(&read(out.inner()), &read(out_ref.inner()), tol, tol, "swiglu y");
+    assert_close(
+        &read(h.grad(&grads).unwrap()),
+        &read(h_ref.grad(&grads_ref).unwrap()),
+        tol,
+        tol,
+        "swiglu dh",
+    );
+    // Bad input is an error, not a panic: an odd width for a gated activation.
+    let odd = tensor(26, 1.0, [rows, 63]);
+    assert!(fused::swiglu(odd).is_err());
+}
+
+macro_rules! fused_suite {
+    ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
+        mod fused {
+            use super::*;
+
+            #[test]
+            fn adamw_step_kernel_matches_its_burn_op_twin() {
+                if let Some(d) = $device {
+                    for dtype in $dtypes {
+                        crate::fused::check_adamw_step::<$backend>(&d, dtype, $exact);
+                    }
+                }
+            }
+
+            #[test]
+            fn fused_adamw_trains_as_burn_adamw_with_norm_clipping() {
+                if let Some(d) = $device {
+                    crate::fused::check_fused_adamw_against_burn::<$backend>(&d, $exact);
+                }
+            }
+
+            #[test]
+            fn fused_rms_norm_and_swiglu_match_burn_ops_with_gradients() {
+                if let Some(d) = $device {
+                    crate::fused::check_norm_and_swiglu::<$backend>(&d);
+                }
+            }
+        }
+    };
+}
+pub(crate) use fused_suite;
