@@ -15,19 +15,13 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, TensorMetadata};
+use burn::tensor::{FloatDType, TensorMetadata};
 
 use crate::backend::norm_act::NormSpec;
 use crate::backend::LowpBackend;
+use super::linear::gemm_dtype;
 use crate::error::{LowpError, Result};
 
-fn float_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
-}
 
 fn check_shapes<B: LowpBackend>(x: &FloatTensor<B>, gamma: &FloatTensor<B>) -> Result<()> {
     let xs = x.shape().as_slice().to_vec();
@@ -52,8 +46,8 @@ fn forward<B: LowpBackend>(
     spec: &NormSpec,
 ) -> Result<(FloatTensor<B>, NormSaved<B>)> {
     check_shapes::<B>(&x, &gamma)?;
-    let x_dtype = float_dtype(x.dtype());
-    let weight_dtype = float_dtype(gamma.dtype());
+    let x_dtype = gemm_dtype(x.dtype());
+    let weight_dtype = gemm_dtype(gamma.dtype());
     let gamma = B::float_cast(gamma, x_dtype);
     let r = B::lowp_norm_forward(x.clone(), gamma.clone(), None, spec, false)?;
     let saved = NormSaved {
@@ -97,7 +91,7 @@ impl<B: LowpBackend> Backward<B, 2> for NormRowsBackward {
         let [node_x, node_gamma] = ops.parents;
         let s = ops.state;
         let dy = grads.consume::<B>(&ops.node);
-        let dy = B::float_cast(dy, float_dtype(s.x.dtype()));
+        let dy = B::float_cast(dy, gemm_dtype(s.x.dtype()));
         // Shapes and dtypes were checked in forward; a failure here is a bug, not user input.
         let nb = B::lowp_norm_backward(dy, s.x, s.gamma, s.mean, s.rstd, &s.spec, false)
             .expect("norm backward");

@@ -26,6 +26,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
 use crate::backend::LowpBackend;
+use crate::ops::linear::gemm_dtype;
 
 #[derive(Config, Debug)]
 pub struct FusedAdamWConfig {
@@ -112,13 +113,6 @@ fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
     Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape([n])
 }
 
-fn float_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
-}
 
 /// `Σ x²` of an f32 tensor as Burn's norm clipping forms it (`square().sum()`), `[1]`.
 pub fn sum_of_squares<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
@@ -134,7 +128,7 @@ pub fn adamw_step_reference<B: Backend>(
     moments: Option<(FloatTensor<B>, FloatTensor<B>)>,
     step: &AdamWStep,
 ) -> AdamWTensors<FloatTensor<B>> {
-    let param_dtype = float_dtype(param.dtype());
+    let param_dtype = gemm_dtype(param.dtype());
     let grad_dtype = grad.dtype();
     let w = flat::<B>(param).cast(FloatDType::F32);
     let g = B::float_cast(grad, FloatDType::F32);
