@@ -9,7 +9,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::config::{
-    GemmName, HighPrecisionSource, Section, TensorKind, WhatIfRecipe,
+    GemmName, HighPrecisionSource, Section, SwitchTiming, TensorKind, WhatIfRecipe,
 };
 use super::session::{active, DebugSession, PendingStats, ScaleDecode, StatsRead};
 use crate::backend::LowpBackend;
@@ -195,6 +195,42 @@ impl LayerDebug {
             || self.session.autoswitch_may_act(&self.section, &self.layer)
     }
 
+    /// Whether a grouped layer must run its experts one by one this iteration (`experts`: the
+    /// experts that hold tokens, named `<name>.gemm_<g>`): a feature changes how a GEMM runs
+    /// (high precision, fake quantization, per-tensor scaling), AutoswitchGemm decides within the
+    /// iteration (`same_iteration` timing), or it holds one of these experts' GEMMs in high
+    /// precision now (the samples due now are applied here, as each GEMM would apply them).
+    /// Statistics and `next_sample` metrics alone keep the grouped GEMMs: the op then observes
+    /// each expert's slice of the grouped tensors (`ops::grouped_linear::ExpertsDebug`).
+    pub fn changes_expert_gemms(&self, name: &str, experts: &[usize]) -> Result<bool> {
+        let f = &self.section.features;
+        if f.disable_quantization_gemm.is_some()
+            || f.disable_quantization_layer.is_some()
+            || f.fake_quant.is_some()
+            || f.per_tensor_scaling.is_some()
+        {
+            return Ok(true);
+        }
+        let Some(a) = &f.autoswitch_gemm else {
+            return Ok(false);
+        };
+        if a.timing == SwitchTiming::SameIteration {
+            return Ok(self.session.autoswitch_may_act(&self.section, &self.layer));
+        }
+        for g in experts {
+            let expert = format!("{name}.gemm_{g}");
+            for gemm in &a.gemms {
+                if self
+                    .session
+                    .autoswitch_high_precision(&self.section, &expert, *gemm)?
+                {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
     /// Whether `tensor` is current-scaled instead of delayed-scaled (`PerTensorScaling`).
     pub fn per_tensor_scaling(&self, tensor: TensorKind) -> bool {
         self.section
@@ -339,6 +375,17 @@ impl LayerDebug {
             });
         }
         let Some(q) = quantized else { return Ok(()) };
+        // The error partials of `q`'s copies, computed once per direction for the quantized
+        // statistics and the AutoswitchGemm metrics (a dequantize and a statistics pass each).
+        let mut own: Vec<(Direction, ErrorPartials<Q>)> = Vec::new();
+        let mut own_partials = |direction: Direction| -> Result<ErrorPartials<Q>> {
+            if let Some((_, p)) = own.iter().find(|(d, _)| *d == direction) {
+                return Ok(p.clone());
+            }
+            let p = self.error_partials(tensor, x, q, direction)?;
+            own.push((direction, p.clone()));
+            Ok(p)
+        };
         if let Some(l) = f
             .log_quantized_tensor_stats
             .as_ref()
@@ -348,7 +395,9 @@ impl LayerDebug {
             if l.columnwise {
                 directions.push((Direction::Columnwise, "_columnwise"));
             }
-            let mut variants: Vec<(String, QuantizedTensor<Q>)> = vec![(String::new(), q.clone())];
+            // (name prefix, the tensor, whether it is `q` itself)
+            let mut variants: Vec<(String, QuantizedTensor<Q>, bool)> =
+                vec![(String::new(), q.clone(), true)];
             for recipe in &l.what_if {
                 let usage = Usage {
                     rowwise: true,
@@ -357,17 +406,21 @@ impl LayerDebug {
                 let spec = what_if_spec(*recipe, tensor);
                 let shadow = quantize(x.clone(), &spec, usage, false, &QuantizeCall::new(0));
                 match shadow {
-                    Ok(s) => variants.push((format!("{}_", recipe.name()), s)),
+                    Ok(s) => variants.push((format!("{}_", recipe.name()), s, false)),
                     // A shape the what-if format cannot block: nothing to report for it.
                     Err(_) => continue,
                 }
             }
-            for (prefix, v) in variants {
+            for (prefix, v, is_own) in variants {
                 for (direction, suffix) in &directions {
                     let Some(Storage::Quantized(storage)) = v.storage(*direction) else {
                         continue;
                     };
-                    let (partials, scales, numel) = self.error_partials(tensor, x, &v, *direction)?;
+                    let (partials, scales, numel) = if is_own {
+                        own_partials(*direction)?
+                    } else {
+                        self.error_partials(tensor, x, &v, *direction)?
+                    };
                     let decode = match (&storage.format, scales.is_some()) {
                         (QuantFormat::Nvfp4 { .. }, _) | (_, false) => None,
                         (QuantFormat::Mxfp8 { .. }, true) => Some(ScaleDecode::E8m0),
@@ -400,7 +453,7 @@ impl LayerDebug {
                     if !matches!(q.storage(direction), Some(Storage::Quantized(_))) {
                         continue;
                     }
-                    let (partials, _, numel) = self.error_partials(tensor, x, q, direction)?;
+                    let (partials, _, numel) = own_partials(direction)?;
                     self.session.push_metric(
                         &self.layer,
                         *gemm,
@@ -423,7 +476,7 @@ impl LayerDebug {
         x: &FloatTensor<Q>,
         q: &QuantizedTensor<Q>,
         direction: Direction,
-    ) -> Result<(Q::Bytes, Option<Q::Bytes>, u64)> {
+    ) -> Result<ErrorPartials<Q>> {
         let storage = q.quantized(direction)?;
         let dequantized = Q::lowp_dequantize(q, direction)?;
         let device = Q::float_device(x);
@@ -445,6 +498,10 @@ impl LayerDebug {
         Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)))?, scales, numel))
     }
 }
+
+/// Statistics partials of a tensor against one quantized copy, the copy's scale bytes, and the
+/// element count they cover.
+type ErrorPartials<Q> = (<Q as LowpBackend>::Bytes, Option<<Q as LowpBackend>::Bytes>, u64);
 
 fn infinite<Q: LowpBackend>(device: &Q::Device) -> FloatTensor<Q> {
     let bytes = f32::INFINITY.to_le_bytes().to_vec();

@@ -35,7 +35,7 @@ use crate::error::LowpError;
 type LowpResult<T> = std::result::Result<T, LowpError>;
 use crate::debug::LayerDebug;
 use crate::format::grouped::{uniform_groups, GROUP_ALIGN};
-use crate::ops::grouped_linear::run_wgrad;
+use crate::ops::grouped_linear::{run_wgrad, ExpertDebug, ExpertsDebug};
 use crate::ops::{BackwardErrors, LowpLinear, PendingWgrad, RowMove, WgradTarget};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
 
@@ -261,9 +261,26 @@ impl<B: LowpLinear> GroupedLinear<B> {
                 ),
             ));
         }
+        let mut observed = None;
         if let Some(debug) = LayerDebug::for_layer(&self.lowp.layout.name, &self.lowp.layout.kind)? {
             if debug.acts() {
-                return self.forward_experts_one_by_one(x, layout, &debug);
+                // The groups on the host: which experts hold tokens (a blocking read of the
+                // splits, at sampling iterations only; counted in `host_syncs`).
+                let groups = layout.host_groups()?;
+                let holding: Vec<usize> = (0..groups.len()).filter(|&g| groups[g].used > 0).collect();
+                let name = self.name();
+                if debug.changes_expert_gemms(&name, &holding)? {
+                    return self.forward_experts_one_by_one(x, layout, &debug);
+                }
+                observed = Some(ExpertsDebug {
+                    experts: holding
+                        .iter()
+                        .map(|&g| ExpertDebug {
+                            group: g,
+                            view: debug.expert(format!("{name}.gemm_{g}"), groups[g].used),
+                        })
+                        .collect(),
+                });
             }
         }
         let [experts, out, inp] = self.weight.dims();
@@ -291,12 +308,13 @@ impl<B: LowpLinear> GroupedLinear<B> {
         } else {
             WgradTarget::Graph
         };
-        let op = self.lowp.grouped_linear_op(
+        let mut op = self.lowp.grouped_linear_op(
             is_first_microbatch,
             runtime.weight_groups.clone(),
             wgrad,
             runtime.errors.clone(),
         );
+        op.debug = observed;
         let (y, quantized_weight) = B::lowp_grouped_linear(
             x.into_primitive().tensor(),
             w.into_primitive().tensor(),
@@ -311,7 +329,8 @@ impl<B: LowpLinear> GroupedLinear<B> {
         Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
     }
 
-    /// The debug path (a debug session acts on this layer this iteration): each expert runs as
+    /// The debug path (a debug session changes how a GEMM of this layer runs this iteration,
+    /// `LayerDebug::changes_expert_gemms`; observing alone keeps the grouped op): each expert runs as
     /// its own quantized linear op named `<name>.gemm_<g>` (TE's debug GroupedLinear), so that
     /// statistics and AutoswitchGemm decisions are per expert. It reads the splits on the host
     /// (counted in `host_syncs()`), quantizes each expert's weight in the call (no cache) and

@@ -331,6 +331,7 @@ impl<B: LowpLinear> LowpState<B> {
             weight_groups,
             wgrad,
             errors,
+            debug: None,
         }
     }
 }

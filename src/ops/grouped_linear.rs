@@ -18,9 +18,13 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, TensorMetadata};
 
-use super::linear::{columnwise_only, gemm_dtype};
+use super::linear::{columnwise_only, debug_or_warn, gemm_dtype};
 
-use crate::backend::{GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend};
+use crate::backend::grouped::group_view;
+use crate::backend::{
+    GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend, RowGroup,
+};
+use crate::debug::{LayerDebug, TensorKind};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
@@ -130,6 +134,48 @@ impl BackwardErrors {
     }
 }
 
+/// One expert of a grouped layer under a debug session: its group index and its debug view
+/// (`<name>.gemm_<g>`, token-indexed tensors cut to its tokens).
+#[derive(Clone, Debug)]
+pub struct ExpertDebug {
+    pub group: usize,
+    pub view: LayerDebug,
+}
+
+/// A debug session observing a grouped layer this iteration while its GEMMs stay grouped
+/// (statistics and `next_sample` AutoswitchGemm metrics; `LayerDebug::changes_expert_gemms`
+/// says when that is enough): each expert's slice of the grouped tensors is reported to its own
+/// view, with the views of the grouped quantized tensors (`group_view`). The groups are read on
+/// the host (`GroupLayout::host_groups`, counted in `host_syncs`): in forward at a sampling
+/// iteration only; backward's wgrad reads them anyway.
+#[derive(Clone, Debug)]
+pub struct ExpertsDebug {
+    /// The experts that hold tokens.
+    pub experts: Vec<ExpertDebug>,
+}
+
+impl ExpertsDebug {
+    /// Reports `tensor` of every expert: group g's rows (`groups[g]`) of the grouped `x`, and of
+    /// its quantized form `q`.
+    fn observe<Q: LowpBackend>(
+        &self,
+        tensor: TensorKind,
+        x: &FloatTensor<Q>,
+        q: Option<&QuantizedTensor<Q>>,
+        groups: &[RowGroup],
+    ) -> Result<()> {
+        let cols = x.shape().as_slice()[1];
+        for expert in &self.experts {
+            let group = groups[expert.group];
+            let rows = group.start..group.start + group.len;
+            let xg = Q::float_slice(x.clone(), &[rows.into(), (0..cols).into()]);
+            let qg = q.map(|q| group_view(q, expert.group, group));
+            expert.view.observe(tensor, &xg, qg.as_ref())?;
+        }
+        Ok(())
+    }
+}
+
 /// Everything the op needs besides X, W and the layout.
 #[derive(Clone, Debug)]
 pub struct GroupedLinearOp<Q: LowpBackend> {
@@ -140,6 +186,8 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
     pub weight_groups: Groups<Q>,
     pub wgrad: WgradTarget<Q>,
     pub errors: BackwardErrors,
+    /// The experts a debug session observes this iteration.
+    pub debug: Option<ExpertsDebug>,
 }
 
 
@@ -165,6 +213,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
         ));
     }
     let out_dtype = gemm_dtype(x.dtype());
+    let originals = op.debug.as_ref().map(|_| (x.clone(), w.clone()));
     let qx = op.input.quantize(
         x,
         &layout.groups,
@@ -211,6 +260,13 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
             accumulate: None,
         },
     )?;
+    if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
+        let tokens = layout.host_groups()?;
+        let weights = op.weight_groups.host.get()?.groups;
+        debug.observe(TensorKind::Activation, &x, Some(&qx), &tokens)?;
+        debug.observe(TensorKind::Weight, &w, Some(&qw), &weights)?;
+        debug.observe::<Q>(TensorKind::Output, &y, None, &tokens)?;
+    }
     Ok((y, qx, qw))
 }
 
@@ -251,6 +307,7 @@ struct GroupedSaved<Q: LowpBackend> {
     grad_output: GroupedQuantizer<Q>,
     wgrad: WgradTarget<Q>,
     errors: BackwardErrors,
+    debug: Option<ExpertsDebug>,
     /// Shapes of X and W, for the zero gradients of a failed backward.
     x_shape: [usize; 2],
     w_shape: [usize; 2],
@@ -275,6 +332,14 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
         let errors = saved.errors.clone();
         let device = Q::float_device(&dy);
         let zeros = |shape: [usize; 2]| Q::float_zeros(shape.into(), &device, out_dtype);
+        // Under a debug session: the experts' token and weight groups (on the host since
+        // forward), and dY before quantization.
+        let debug = saved.debug.as_ref().and_then(|d| {
+            let groups = saved.layout.host_groups().and_then(|tokens| {
+                Ok((tokens, saved.weight_groups.host.get()?.groups))
+            });
+            debug_or_warn(groups, "expert groups").map(|groups| (d, groups, dy.clone()))
+        });
         let qdy = match saved.grad_output.quantize(dy, &saved.layout.groups, usage) {
             Ok(q) => q,
             Err(e) => {
@@ -288,6 +353,10 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                 return;
             }
         };
+        if let Some((d, (tokens, _), dy)) = &debug {
+            let observed = d.observe(TensorKind::Gradient, dy, Some(&qdy), tokens);
+            debug_or_warn(observed, "gradient statistics");
+        }
         if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
             let dx = Q::lowp_grouped_gemm(
                 GemmKind::Dgrad,
@@ -308,6 +377,10 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                 errors.record(e);
                 zeros(saved.x_shape)
             });
+            if let Some((d, (tokens, _), _)) = &debug {
+                let observed = d.observe::<Q>(TensorKind::Dgrad, &dx, None, tokens);
+                debug_or_warn(observed, "dgrad statistics");
+            }
             grads.register::<Q>(node.id, dx);
         }
         let Some(x) = saved.x_columnwise.filter(|_| usage.columnwise) else {
@@ -326,6 +399,11 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                         errors.record(e);
                         zeros(saved.w_shape)
                     });
+                    // (A weight gradient added to main_grad or deferred is not observed.)
+                    if let Some((d, (_, weights), _)) = &debug {
+                        let observed = d.observe::<Q>(TensorKind::Wgrad, &dw, None, weights);
+                        debug_or_warn(observed, "wgrad statistics");
+                    }
                     grads.register::<Q>(node.id, dw);
                 }
             }
@@ -402,6 +480,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
                 grad_output: op.grad_output,
                 wgrad: op.wgrad,
                 errors: op.errors,
+                debug: op.debug,
                 x_shape,
                 w_shape,
             };

@@ -173,13 +173,15 @@ pub fn check_grouped_per_expert_switch<B: LowpBackend>(device: &B::Device, exact
     assert!(switch_records(dir.path()).iter().all(|r| r.layer != "experts.gemm_1"));
 }
 
-/// The experts-one-by-one path of a debugged GroupedLinear (statistics only, nothing switched)
+/// The experts-one-by-one path of a debugged GroupedLinear (nothing switched; a PerTensorScaling
+/// feature, which changes nothing under current scaling, takes the layer off its grouped GEMMs)
 /// gives the grouped path's input and weight gradients (the same quantized operands; the GEMMs
 /// group their sums differently).
 pub fn check_grouped_debug_path_gradients<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     let dir = tempfile::tempdir().unwrap();
     let config = r#"{ "experts": { "layers": { "layer_types": ["grouped_linear"] },
-        "features": { "LogTensorStats": { "tensors": ["activation", "gradient"], "stats": ["max"] } } } }"#;
+        "features": { "LogTensorStats": { "tensors": ["activation", "gradient"], "stats": ["max"] },
+                      "PerTensorScaling": { "gemms": ["fprop"], "tensors": ["weight"] } } } }"#;
     let layer = GroupedLinearConfig::new(4, 64, 128).with_bias(true).with_name("experts".into())
         .init::<AD<B>>(&recipe("current_scaling.json"), device).unwrap();
     let splits = [40i64, 0, 64, 24];
@@ -203,6 +205,123 @@ pub fn check_grouped_debug_path_gradients<B: LowpBackend>(device: &B::Device, ex
     for (what, a, b) in [("dX", &debugged.0, &plain.0), ("dW", &debugged.1, &plain.1), ("db", &debugged.2, &plain.2)] {
         let e = tiny_rows_error(a, b, 0);
         assert!(e <= bound, "{what}: experts one by one vs grouped: {e}");
+    }
+}
+
+const OBSERVING: &str = r#"{ "experts": { "layers": { "layer_types": ["grouped_linear"] }, "features": {
+    "LogTensorStats": { "tensors": ["activation", "weight", "output", "gradient", "dgrad", "wgrad"],
+                        "stats": ["min", "max", "mean", "std", "l2_norm", "cur_amax", "dynamic_range", "max_blockwise_dynamic_range_1d"] },
+    "LogQuantizedTensorStats": { "tensors": ["activation", "gradient", "weight"],
+                                 "stats": ["underflows%", "mse", "scale_inv_min", "scale_inv_max"], "columnwise": true },
+    "AutoswitchGemm": { "mse_threshold": null, "timing": "next_sample" }EXTRA } } }"#;
+
+/// A debugged GroupedLinear whose features only observe (statistics, next-sample AutoswitchGemm
+/// metrics) keeps its grouped GEMMs and its weight quantization (one per forward, not one per
+/// expert), and its output and gradients equal the undebugged layer's bit for bit on the
+/// reference backend; its per-expert statistics and AutoswitchGemm samples equal those of the
+/// experts-one-by-one path (forced here by a PerTensorScaling feature, which changes nothing under
+/// current scaling), and the empty expert reports nothing.
+pub fn check_grouped_observing_keeps_grouped_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
+    let layer = GroupedLinearConfig::new(4, 64, 128).with_bias(true).with_name("experts".into())
+        .init::<AD<B>>(&recipe("current_scaling.json"), device).unwrap();
+    let splits = [40i64, 0, 64, 24];
+    let m_splits = || Tensor::<AD<B>, 1, Int>::from_data(TensorData::new(splits.to_vec(), [4]), device);
+    let x = Tensor::<AD<B>, 2>::random([128, 64], Distribution::Normal(0.0, 1.0), device);
+    let g = Tensor::<AD<B>, 2>::random([128, 128], Distribution::Normal(0.0, 1.0), device);
+    // Two iterations (the second applies the first's AutoswitchGemm samples); per iteration the
+    // output, dX, dW, db and the weight quantizations of the forward.
+    let run = |config: Option<&str>, dir: &Path| {
+        let s = config.map(|c| session(c, dir));
+        let guard = s.as_ref().map(|s| s.install());
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let x = x.clone().require_grad();
+            let before = layer.weight_quantizations();
+            let y = layer.forward(x.clone(), m_splits()).unwrap();
+            let quantizations = layer.weight_quantizations() - before;
+            let grads = (y.clone() * g.clone()).sum().backward();
+            let bias = layer.bias.as_ref().unwrap().grad(&grads).unwrap();
+            out.push((
+                [host(y), host(x.grad(&grads).unwrap()), host(layer.weight.grad(&grads).unwrap()), host(bias)],
+                quantizations,
+            ));
+            if let Some(s) = &s {
+                s.step().unwrap();
+            }
+        }
+        if let Some(s) = &s {
+            s.finish().unwrap();
+        }
+        drop(guard);
+        out
+    };
+    let (plain_dir, grouped_dir, one_by_one_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let plain = run(None, plain_dir.path());
+    let grouped = run(Some(&OBSERVING.replace("EXTRA", "")), grouped_dir.path());
+    let one_by_one = run(
+        Some(&OBSERVING.replace("EXTRA", r#", "PerTensorScaling": { "gemms": ["fprop"], "tensors": ["weight"] }"#)),
+        one_by_one_dir.path(),
+    );
+    for (it, ((p, pq), ((d, dq), (_, oq)))) in plain.iter().zip(grouped.iter().zip(&one_by_one)).enumerate() {
+        assert_eq!((*pq, *dq, *oq), (1, 1, 3), "iteration {it}: weight quantizations (plain, observed, one by one)");
+        for (what, a, b) in [("y", &d[0], &p[0]), ("dX", &d[1], &p[1]), ("dW", &d[2], &p[2]), ("db", &d[3], &p[3])] {
+            match exactness {
+                Exactness::Reference => assert_eq!(a, b, "iteration {it}: observed {what} equals the undebugged one"),
+                Exactness::Gpu => assert!(tiny_rows_error(a, b, 0) <= 1e-6, "iteration {it}: observed {what}"),
+            }
+        }
+    }
+    // (iteration, layer, tensor, stat) -> value
+    let stats = |dir: &Path| -> std::collections::BTreeMap<(u64, String, String, String), f64> {
+        std::fs::read_to_string(dir.join("debug_stats-rank0.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                let key = (r["iteration"].as_u64().unwrap(), r["layer"].as_str().unwrap().to_string(),
+                           r["tensor"].as_str().unwrap().to_string(), r["stat"].as_str().unwrap().to_string());
+                (key, r["value"].as_f64().unwrap_or(f64::NAN))
+            })
+            .collect()
+    };
+    let (a, b) = (stats(grouped_dir.path()), stats(one_by_one_dir.path()));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "the same statistics are logged");
+    let experts: std::collections::BTreeSet<_> = a.keys().map(|k| k.1.clone()).collect();
+    assert_eq!(experts.into_iter().collect::<Vec<_>>(), ["experts.gemm_0", "experts.gemm_2", "experts.gemm_3"]);
+    for tensor in ["activation", "weight", "output", "gradient", "dgrad", "wgrad"] {
+        assert!(a.keys().any(|k| k.2 == tensor), "{tensor} logged");
+    }
+    // Identical partials on the reference backend; on a GPU the per-expert and grouped GEMMs
+    // round their sums differently (output, dgrad, wgrad).
+    let bound = match exactness {
+        Exactness::Reference => 1e-9,
+        Exactness::Gpu => 1e-2,
+    };
+    for (key, va) in &a {
+        let vb = b[key];
+        let close = (va - vb).abs() <= bound * vb.abs().max(1e-3) || (va.is_nan() && vb.is_nan());
+        assert!(close, "{key:?}: observed {va} vs one by one {vb}");
+    }
+    // AutoswitchGemm: the samples taken in iteration 1 (from iteration 0's metrics), per expert
+    // and GEMM, with the same metrics.
+    let samples = |dir: &Path| -> Vec<(u64, String, String, f64, f64)> {
+        let mut v: Vec<_> = switch_records(dir)
+            .into_iter()
+            .filter(|r| r.kind == "sample")
+            .map(|r| {
+                let m = r.metrics.unwrap();
+                (r.iteration, r.layer, r.gemm.name().to_string(), m["underflow_pct"].as_f64().unwrap(), m["mse"].as_f64().unwrap())
+            })
+            .collect();
+        v.sort_by(|x, y| (x.0, &x.1, &x.2).cmp(&(y.0, &y.1, &y.2)));
+        v
+    };
+    let (sa, sb) = (samples(grouped_dir.path()), samples(one_by_one_dir.path()));
+    assert_eq!(sa.len(), 3 * 3, "a sample per expert holding tokens and GEMM: {sa:?}");
+    for (x, y) in sa.iter().zip(&sb) {
+        assert_eq!((x.0, &x.1, &x.2), (y.0, &y.1, &y.2));
+        assert_eq!(x.0, 1);
+        assert!((x.3 - y.3).abs() <= 1e-9 && (x.4 - y.4).abs() <= bound * y.4.max(1e-12), "{x:?} vs {y:?}");
     }
 }
 
@@ -348,6 +467,13 @@ macro_rules! debug_suite {
         fn autoswitch_per_expert_path_has_the_grouped_gradients() {
             if let Some(d) = $device {
                 crate::debug::check_grouped_debug_path_gradients::<$backend>(&d, $exactness);
+            }
+        }
+
+        #[test]
+        fn observing_a_grouped_layer_keeps_its_grouped_gemms() {
+            if let Some(d) = $device {
+                crate::debug::check_grouped_observing_keeps_grouped_gemms::<$backend>(&d, $exactness);
             }
         }
 
