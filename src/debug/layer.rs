@@ -11,6 +11,7 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 use super::config::{
     GemmName, HighPrecisionSource, Section, SwitchTiming, TensorKind, WhatIfRecipe,
 };
+use super::read_batch::ReadBatch;
 use super::session::{active, DebugSession, PendingStats, ScaleDecode, StatsRead};
 use crate::backend::LowpBackend;
 use crate::error::Result;
@@ -343,12 +344,28 @@ impl LayerDebug {
     }
 
     /// Reports `tensor` (high precision `x`, and its quantized form for operands): statistics
-    /// and AutoswitchGemm metrics are computed on the device where a schedule samples now.
+    /// and AutoswitchGemm metrics are computed on the device where a schedule samples now, and
+    /// read back by one device read.
     pub fn observe<Q: LowpBackend>(
         &self,
         tensor: TensorKind,
         x: &FloatTensor<Q>,
         quantized: Option<&QuantizedTensor<Q>>,
+    ) -> Result<()> {
+        let mut batch = ReadBatch::new();
+        let observed = self.observe_into(tensor, x, quantized, &mut batch);
+        batch.flush();
+        observed
+    }
+
+    /// `observe`, with the buffers to read back added to `batch` (several observations, e.g.
+    /// every expert's slice of a grouped tensor, then share one device read).
+    pub(crate) fn observe_into<Q: LowpBackend>(
+        &self,
+        tensor: TensorKind,
+        x: &FloatTensor<Q>,
+        quantized: Option<&QuantizedTensor<Q>>,
+        batch: &mut ReadBatch<Q>,
     ) -> Result<()> {
         let f = &self.section.features;
         let it = self.iteration;
@@ -356,7 +373,20 @@ impl LayerDebug {
         if numel == 0 {
             return Ok(());
         }
-        let later = |bytes: Vec<Q::Bytes>| Q::bytes_to_host_later(bytes);
+        // Where a statistic's read goes: the session's pending statistics.
+        let to_stats = |numel: u64, what: StatsRead| {
+            let (session, layer) = (self.session.clone(), self.layer.clone());
+            move |read| {
+                session.push_stats(PendingStats {
+                    iteration: it,
+                    layer,
+                    tensor,
+                    numel,
+                    what,
+                    read,
+                })
+            }
+        };
         if let Some(l) = f
             .log_tensor_stats
             .as_ref()
@@ -365,14 +395,7 @@ impl LayerDebug {
             let x = self.data_view::<Q>(tensor, x.clone());
             let numel = x.shape().num_elements() as u64;
             let partials = Q::lowp_tensor_stats(x, None)?;
-            self.session.push_stats(PendingStats {
-                iteration: it,
-                layer: self.layer.clone(),
-                tensor,
-                numel,
-                what: StatsRead::Tensor(l.stats.clone()),
-                read: later(vec![partials]),
-            });
+            batch.add(vec![partials], to_stats(numel, StatsRead::Tensor(l.stats.clone())));
         }
         let Some(q) = quantized else { return Ok(()) };
         // The error partials of `q`'s copies, computed once per direction for the quantized
@@ -430,19 +453,13 @@ impl LayerDebug {
                     if let (Some(s), Some(_)) = (scales, decode) {
                         bytes.push(s);
                     }
-                    self.session.push_stats(PendingStats {
-                        iteration: it,
-                        layer: self.layer.clone(),
-                        tensor,
-                        numel,
-                        what: StatsRead::Quantized {
-                            stats: l.stats.clone(),
-                            prefix: prefix.clone(),
-                            suffix,
-                            scales: decode,
-                        },
-                        read: later(bytes),
-                    });
+                    let what = StatsRead::Quantized {
+                        stats: l.stats.clone(),
+                        prefix: prefix.clone(),
+                        suffix,
+                        scales: decode,
+                    };
+                    batch.add(bytes, to_stats(numel, what));
                 }
             }
         }
@@ -454,14 +471,10 @@ impl LayerDebug {
                         continue;
                     }
                     let (partials, _, numel) = own_partials(direction)?;
-                    self.session.push_metric(
-                        &self.layer,
-                        *gemm,
-                        it,
-                        tensor,
-                        numel,
-                        later(vec![partials]),
-                    );
+                    let (session, layer, gemm) = (self.session.clone(), self.layer.clone(), *gemm);
+                    batch.add(vec![partials], move |read| {
+                        session.push_metric(&layer, gemm, it, tensor, numel, read)
+                    });
                 }
             }
         }

@@ -24,7 +24,7 @@ use crate::backend::grouped::group_view;
 use crate::backend::{
     GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend, RowGroup,
 };
-use crate::debug::{LayerDebug, TensorKind};
+use crate::debug::{LayerDebug, ReadBatch, TensorKind};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
@@ -165,14 +165,21 @@ impl ExpertsDebug {
         groups: &[RowGroup],
     ) -> Result<()> {
         let cols = x.shape().as_slice()[1];
+        // One device read for every expert's statistics of this tensor.
+        let mut batch = ReadBatch::new();
+        let mut observed = Ok(());
         for expert in &self.experts {
             let group = groups[expert.group];
             let rows = group.start..group.start + group.len;
             let xg = Q::float_slice(x.clone(), &[rows.into(), (0..cols).into()]);
             let qg = q.map(|q| group_view(q, expert.group, group));
-            expert.view.observe(tensor, &xg, qg.as_ref())?;
+            observed = expert.view.observe_into(tensor, &xg, qg.as_ref(), &mut batch);
+            if observed.is_err() {
+                break;
+            }
         }
-        Ok(())
+        batch.flush();
+        observed
     }
 }
 
