@@ -38,6 +38,7 @@ pub mod partial_sums;
 pub mod random;
 pub mod reduce;
 pub mod row_gather;
+pub mod rope;
 pub mod row_scale;
 pub mod scale;
 pub mod stats;

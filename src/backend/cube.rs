@@ -1032,6 +1032,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::activation_forward(h, spec, want_amax)
     }
 
+    fn lowp_rope(
+        x: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        positions: crate::ops::RopePositions,
+        inverse: bool,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_norm_act::rope(x, freq, positions, inverse)
+    }
+
     fn lowp_activation_backward(
         dy: FloatTensor<Self>,
         h: FloatTensor<Self>,

@@ -4,7 +4,8 @@
 
 use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::CubeRuntime;
+use burn::tensor::ops::FloatTensorOps;
+use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_lowp_kernels as kernels;
 use kernels::activation::ActivationConfig;
 use kernels::norm::{NormConfig, WordMatrix};
@@ -242,4 +243,43 @@ pub(super) fn activation_backward<R: CubeRuntime>(
         amax: out.amax.map(|a| bytes(&client, &dy.device, a, 4)),
         dbias: out.dbias.map(|d| f32_tensor(&dy, d, vec![h_cols])),
     })
+}
+
+/// RoPE (`ops/rope_op.rs`) of `x [rows, head]`: one kernel; the frequencies are read as f32.
+pub(super) fn rope<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    freq: CubeTensor<R>,
+    positions: crate::ops::RopePositions,
+    inverse: bool,
+) -> Result<CubeTensor<R>> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    let max_seq = crate::ops::rope_op::check_rope::<B<R>>(&x, &freq, positions)?;
+    let (rows, head) = matrix(&x, "RoPE input")?;
+    if rows == 0 {
+        return Ok(x);
+    }
+    let kind = elem_kind(x.dtype, "RoPE input")?;
+    let freq = if freq.dtype == DType::F32 {
+        freq
+    } else {
+        B::<R>::float_cast(freq, burn::tensor::FloatDType::F32)
+    };
+    let (x, freq) = (prepare(x), prepare(freq));
+    let client = x.client.clone();
+    let y = kernels::rope::rope(
+        &client,
+        WordMatrix {
+            handle: &x.handle,
+            rows,
+            cols: head,
+            kind,
+        },
+        &freq.handle,
+        max_seq,
+        positions.seq,
+        positions.start,
+        inverse,
+    )
+    .map_err(kernel_error("RoPE input"))?;
+    Ok(like(&x, y, [rows, head]))
 }

@@ -304,6 +304,18 @@ pub trait LowpBackend: Backend {
         crate::optim::adamw::adamw_step_reference::<Self>(param, grad, moments, step)
     }
 
+    /// Rotary position embedding of `x [rows, head]` with Burn's `freq_complex [max_seq, head, 2]`
+    /// (`ops/rope_op.rs`); `inverse` gives its gradient. The default runs the formula with Burn
+    /// ops in f32; CubeCL backends run one kernel.
+    fn lowp_rope(
+        x: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        positions: crate::ops::RopePositions,
+        inverse: bool,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::rope_op::rope_reference::<Self>(x, freq, positions, inverse)
+    }
+
     /// The path `lowp_gemm` takes for these operands.
     fn gemm_path(
         _kind: GemmKind,

@@ -238,8 +238,8 @@ impl<B: LowpLinear> CausalSelfAttention<B> {
             .forward_microbatch(x, is_first_microbatch)?
             .reshape([batch, seq, 3 * heads, head])
             .swap_dims(1, 2); // [batch, 3 · heads, seq, head]
-        let q = rope.forward(qkv.clone().narrow(1, 0, heads));
-        let k = rope.forward(qkv.clone().narrow(1, heads, heads));
+        let q = fused::rope(rope, qkv.clone().narrow(1, 0, heads))?;
+        let k = fused::rope(rope, qkv.clone().narrow(1, heads, heads))?;
         let v = qkv.narrow(1, 2 * heads, heads);
         // The scale is the default 1/sqrt(head), given explicitly: that keeps Burn on its
         // decomposed attention (matmul, softmax, matmul) on every backend. Autodiff always takes

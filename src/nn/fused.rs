@@ -9,12 +9,12 @@
 //! let a = burn_lowp::nn::fused::swiglu(h)?; // silu(h[:, :F]) * h[:, F:]
 //! ```
 
-use burn::nn::RmsNorm;
+use burn::nn::{RmsNorm, RotaryEncoding};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::backend::norm_act::NormSpec;
 use crate::error::Result;
-use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear};
+use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear, RopePositions};
 
 /// `norm.forward(x)` for Burn's `RmsNorm` on `x [rows, d_model]`: `x / rms(x) · γ`, the mean of
 /// squares and the product with γ in f32, rounded once to x's dtype (Burn's op rounds `rms` to
@@ -48,4 +48,19 @@ pub fn swiglu<B: LowpLinear>(h: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
             params: ActivationParams::default(),
         },
     )
+}
+
+/// `rope.forward(x)` for Burn's `RotaryEncoding` on `x [batch, heads, seq, head]` (positions
+/// from the start of its frequency table, as `forward`): each pair of elements rotated in one
+/// kernel forward and one backward. The products and their difference are f32, rounded once to
+/// x's dtype (Burn rounds each product to x's dtype first).
+pub fn rope<B: LowpLinear>(rope: &RotaryEncoding<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
+    let [batch, heads, seq, head] = x.dims();
+    let y = B::lowp_rope(
+        x.reshape([batch * heads * seq, head]).into_primitive().tensor(),
+        rope.freq_complex.clone().into_primitive().tensor(),
+        RopePositions { seq, start: 0 },
+    )?;
+    let y: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(y));
+    Ok(y.reshape([batch, heads, seq, head]))
 }

@@ -219,6 +219,20 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
+    /// Rotary position embedding of `x [rows, head]` with Burn's `freq_complex`, one pass each
+    /// way (`ops/rope_op.rs`).
+    fn lowp_rope(
+        x: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        positions: super::RopePositions,
+    ) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::rope_op::rope_rows::<Self::Quant>(
+            Self::to_quant(x),
+            Self::to_quant(freq),
+            positions,
+        )?))
+    }
+
     /// An activation (`ops::activation`) of the rows of `h`, one pass each way
     /// (`ops/activation_op.rs`).
     fn lowp_activation_rows(
@@ -640,6 +654,14 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         spec: &ActivationSpec,
     ) -> Result<FloatTensor<Self>> {
         super::activation_op::activation_rows_autodiff::<B, C>(h, spec)
+    }
+
+    fn lowp_rope(
+        x: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        positions: super::RopePositions,
+    ) -> Result<FloatTensor<Self>> {
+        super::rope_op::rope_rows_autodiff::<B, C>(x, freq, positions)
     }
 
     fn lowp_linear(

@@ -7,6 +7,7 @@ pub mod grouped_rows;
 pub mod layernorm_mlp;
 pub mod linear;
 pub mod norm_op;
+pub mod rope_op;
 pub mod row_broadcast;
 pub mod row_reduce;
 
@@ -15,6 +16,7 @@ pub use grouped_linear::{
     PendingWgrad, WgradTarget,
 };
 pub use grouped_rows::RowMove;
+pub use rope_op::RopePositions;
 pub use layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
 pub use activation::{Activation, ActivationParams, ActivationSpec};
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

@@ -1,7 +1,8 @@
 //! The fused training pieces on every backend: the AdamW step (`LowpBackend::lowp_adamw_step`,
 //! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
-//! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops.
+//! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, and the
+//! fused RoPE against Burn's `RotaryEncoding`.
 //!
 //! Tolerances: on NdArray the default bodies are Burn's own ops, so those comparisons are exact.
 //! The kernels compute the same f32 operations in the same order, but GPU compilers may contract
@@ -225,6 +226,60 @@ pub fn check_norm_and_swiglu<B: LowpBackend>(device: &B::Device) {
     assert!(fused::swiglu(odd).is_err());
 }
 
+/// `nn::fused::rope` on `Autodiff<B>` against Burn's `RotaryEncoding::forward` (values and the
+/// input's gradient) on a `[batch, heads, seq, head]` view of a projection's output (not
+/// contiguous, as in attention); the backend op from a later start position and its inverse
+/// against the Burn-op reference; mismatched shapes are errors.
+pub fn check_rope_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) {
+    type A<B> = Autodiff<B>;
+    let f32s = InputDtype::F32;
+    let (batch, heads, seq, head, max_seq) = (2, 3, 12, 8, 16);
+    let rope = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<A<B>>(device);
+    let tensor = |seed: u64, shape: [usize; 4]| {
+        let n = shape.iter().product();
+        Tensor::<A<B>, 4>::from_data(TensorData::new(values(n, seed, 1.5, f32s), shape), device)
+    };
+    let read = |t: Tensor<B, 4>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let x = tensor(31, [batch, seq, heads, head]).require_grad();
+    let w = tensor(32, [batch, heads, seq, head]);
+    let y = fused::rope(&rope, x.clone().swap_dims(1, 2)).unwrap();
+    let grads = (y.clone() * w.clone()).sum().backward();
+    let x_ref = x.clone().detach().require_grad();
+    let y_ref = rope.forward(x_ref.clone().swap_dims(1, 2));
+    let grads_ref = (y_ref.clone() * w).sum().backward();
+    let (got, want) = (read(y.inner()), read(y_ref.inner()));
+    let (dx, dx_ref) = (read(x.grad(&grads).unwrap()), read(x_ref.grad(&grads_ref).unwrap()));
+    if exact {
+        assert_eq!(got, want, "rope y equals Burn's bit for bit");
+        assert_eq!(dx, dx_ref, "rope dx equals Burn's bit for bit");
+    } else {
+        assert_close(&got, &want, 1e-6, 1e-6, "rope y");
+        assert_close(&dx, &dx_ref, 1e-6, 1e-6, "rope dx");
+    }
+
+    // The backend op from position 3, forward and inverse, against the Burn-op reference.
+    let positions = burn_lowp::ops::RopePositions { seq: 10, start: 3 };
+    let rows = 4 * positions.seq;
+    let m = HostMatrix::new("x", rows, head, f32s, values(rows * head, 33, 1.0, f32s)).unwrap();
+    let freq = rope.freq_complex.clone().inner().into_primitive().tensor();
+    for inverse in [false, true] {
+        let x = B::float_from_host(&m, device);
+        let got = B::lowp_rope(x.clone(), freq.clone(), positions, inverse).unwrap();
+        let want = burn_lowp::ops::rope_op::rope_reference::<B>(x, freq.clone(), positions, inverse).unwrap();
+        let read2 = |t: FloatTensor<B>| {
+            Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+                .into_data()
+                .convert::<f32>()
+                .into_vec::<f32>()
+                .unwrap()
+        };
+        assert_close(&read2(got), &read2(want), 1e-6, 1e-6, &format!("rope from position 3 (inverse {inverse})"));
+    }
+    // Bad shapes are errors, not panics: a head the table does not have, positions past its end.
+    assert!(fused::rope(&rope, tensor(34, [1, 1, seq, 6])).is_err());
+    assert!(fused::rope(&rope, tensor(35, [1, 1, max_seq + 1, head])).is_err());
+}
+
 macro_rules! fused_suite {
     ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
         mod fused {
@@ -243,6 +298,13 @@ macro_rules! fused_suite {
             fn fused_adamw_trains_as_burn_adamw_with_norm_clipping() {
                 if let Some(d) = $device {
                     crate::fused::check_fused_adamw_against_burn::<$backend>(&d, $exact);
+                }
+            }
+
+            #[test]
+            fn fused_rope_matches_burn_rotary_encoding_with_gradients() {
+                if let Some(d) = $device {
+                    crate::fused::check_rope_against_burn::<$backend>(&d, $exact);
                 }
             }
 
