@@ -253,8 +253,11 @@ pub fn check_rope_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) 
         assert_eq!(got, want, "rope y equals Burn's bit for bit");
         assert_eq!(dx, dx_ref, "rope dx equals Burn's bit for bit");
     } else {
-        assert_close(&got, &want, 1e-6, 1e-6, "rope y");
-        assert_close(&dx, &dx_ref, 1e-6, 1e-6, "rope dx");
+        // Burn's RoPE multiplies the pairs by its sign matrix with a matmul, which CubeCL runs
+        // in TF32 on CUDA (a 10-bit mantissa: 1.3e-5 off on an H100); the fused op's own
+        // arithmetic is checked to 1e-6 against the Burn-op reference below.
+        assert_close(&got, &want, 2e-3, 2e-3, "rope y");
+        assert_close(&dx, &dx_ref, 2e-3, 2e-3, "rope dx");
     }
 
     // The backend op from position 3, forward and inverse, against the Burn-op reference.
