@@ -124,3 +124,54 @@ pub fn dequantize_nvfp4_kernel(
         }
     }
 }
+
+/// FP8 codes of a grouped matrix (`format::grouped`: group g's rows `start_g .. start_g + len_g`
+/// quantized on their own) to the logical f32 `[rows, cols]`, every group in one launch, reading
+/// the groups on the device: `row_group[r]` is row r's group (i32 bits; `groups` or more for
+/// padding rows, written as 0). Rowwise codes are the whole matrix's `[rows, cols]`; columnwise
+/// codes hold group g as its own `[cols, len_g]` at `start_g · cols`. Scales: one f32 per group
+/// (`scale_rows_per_block` 0), or compact blocks 128 wide along the storage rows (1: 1x128,
+/// 128: 128x128), group g's columnwise ones at the bytes its chunks precede.
+#[cube(launch_unchecked)]
+pub fn dequantize_fp8_grouped_kernel(
+    codes: &Array<u32>,
+    scales: &Array<u32>,
+    row_group: &Array<u32>,
+    group_start: &Array<u32>,
+    group_len: &Array<u32>,
+    out: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    groups: usize,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] scale_rows_per_block: usize,
+    #[comptime] transposed: bool,
+) {
+    let e = ABSOLUTE_POS;
+    if e < rows * cols {
+        let r = e / cols;
+        let c = e % cols;
+        let g = usize::cast_from(row_group[r]);
+        let mut value = 0.0f32;
+        if g < groups {
+            let start = usize::cast_from(group_start[g]);
+            let len = usize::cast_from(group_len[g]);
+            let local = r - start;
+            let mut code = r * cols + c;
+            let mut scale_index = g;
+            if comptime![transposed] {
+                code = start * cols + c * len + local;
+                if comptime![scale_rows_per_block > 0] {
+                    scale_index = (start / 128) * (cols / scale_rows_per_block)
+                        + (c / scale_rows_per_block) * (len / 128)
+                        + local / 128;
+                }
+            } else if comptime![scale_rows_per_block > 0] {
+                scale_index = (r / scale_rows_per_block) * (cols / 128) + c / 128;
+            }
+            let bits = (codes[code / 4] >> (8 * (code % 4)) as u32) & 0xFFu32;
+            value = decode_fp8(bits, fp8) * f32::reinterpret(scales[scale_index]);
+        }
+        out[e] = value;
+    }
+}

@@ -9,7 +9,10 @@ use crate::amax::{
 };
 use crate::buffers::{copy_kernel, copy_words_kernel, fill_kernel};
 use crate::codec::{ElemKind, Fp8Kind};
-use crate::dequantize::{dequantize_fp8_kernel, dequantize_mxfp8_kernel, dequantize_nvfp4_kernel};
+use crate::dequantize::{
+    dequantize_fp8_grouped_kernel, dequantize_fp8_kernel, dequantize_mxfp8_kernel,
+    dequantize_nvfp4_kernel,
+};
 use crate::flags;
 use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
@@ -870,6 +873,58 @@ pub fn dequantize_fp8<R: Runtime>(
             arg(&out, n),
             storage_rows,
             storage_cols,
+            fp8,
+            scale_rows_per_block,
+            transposed,
+        )
+    };
+    out
+}
+
+/// Dequantizes every group of a grouped FP8 matrix (`dequantize_fp8_grouped_kernel`) to f32
+/// `[rows, cols]` in one launch; `row_group` holds `rows` i32 labels, `groups` start and length
+/// per group. Padding rows come out as zeros.
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize_fp8_grouped<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    row_group: &Handle,
+    groups: RowGroups,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    scale_kind: Fp8Scales,
+    transposed: bool,
+) -> Handle {
+    let n = rows * cols;
+    let scale_rows_per_block = match scale_kind {
+        Fp8Scales::Tensor => 0,
+        Fp8Scales::Block1x128 => 1,
+        Fp8Scales::Block128x128 => 128,
+    };
+    let scale_words = match scale_kind {
+        Fp8Scales::Tensor => groups.count,
+        // One per (rows per block x 128) elements, either direction (groups are 128-row chunks).
+        _ => rows * cols / (128 * scale_rows_per_block),
+    };
+    let out = client.empty(n.max(1) * 4);
+    let units = 256usize;
+    let (start, len) = groups.args();
+    unsafe {
+        dequantize_fp8_grouped_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(n, units)),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n.div_ceil(4)),
+            arg(scales, scale_words),
+            arg(row_group, rows),
+            start,
+            len,
+            arg(&out, n),
+            rows,
+            cols,
+            groups.count,
             fp8,
             scale_rows_per_block,
             transposed,

@@ -6,7 +6,14 @@
 //!
 //! With the dequantized copy of the tensor (f32, same layout) it also counts underflows (non-zero
 //! inputs that quantize to zero) and sums the squared quantization error; with an overflow limit
-//! (delayed scaling's `fp8_max · scale_inv`, one f32 on the device) it counts `|x| > limit`.
+//! (delayed scaling's `fp8_max · scale_inv`, one f32 per group on the device) it counts
+//! `|x| > limit`.
+//!
+//! Grouped tensors (an MoE layer's experts, one launch for all of them): with row labels (the
+//! group of each row, `groups` or more for padding rows, which fold nothing) every tile writes the
+//! group it belongs to (`GROUP`) and how many elements it folded (`ELEMENTS`), so the host splits
+//! the partials per group after the read without knowing the split sizes when it launches. Tiles
+//! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
 use crate::codec::ElemKind;
 use crate::pairs::load_pair;
@@ -35,6 +42,10 @@ pub const UNDERFLOWS: usize = 10;
 /// `Σ (x - dq)²` over the pairs whose difference is finite.
 pub const SQUARED_ERROR: usize = 11;
 pub const OVERFLOWS: usize = 12;
+/// The tile's group (0 without labels; `groups` for a tile of padding rows only).
+pub const GROUP: usize = 13;
+/// Elements the tile folded (padding rows left out).
+pub const ELEMENTS: usize = 14;
 
 /// `ln(amax) - ln(min non-zero)` of a block, 0 for a block of zeros.
 #[cube]
@@ -88,6 +99,8 @@ fn fold_error(v: f32, d: f32, limit: f32, infinity: f32, acc: &mut Array<f32>) {
 }
 
 /// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
+/// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out) and
+/// `limit` holds one overflow limit per group; without, every row is group 0.
 /// `infinity` is +inf, passed in: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
 /// `float(inf)` and a reinterpreted constant as a cast of an rvalue, both of which NVRTC rejects.
 #[cube(launch_unchecked)]
@@ -95,13 +108,16 @@ pub fn tensor_stats_kernel(
     input: &Array<u32>,
     dequantized: &Array<f32>,
     limit: &Array<f32>,
+    row_group: &Array<u32>,
     out: &mut Array<f32>,
     rows: usize,
     cols: usize,
     tiles: usize,
+    groups: usize,
     infinity: f32,
     #[comptime] kind: ElemKind,
     #[comptime] with_error: bool,
+    #[comptime] labelled: bool,
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
@@ -119,18 +135,25 @@ pub fn tensor_stats_kernel(
     if end > cols {
         end = cols;
     }
-    let overflow_limit = limit[0];
-    // Extra cubes (count rounding) and rows past the end fold nothing but still take part in
-    // the synchronizing reductions below.
-    if tile < tiles && row < rows {
+    // The row's group; rows past the end and padding rows get `groups` and fold nothing, but
+    // still take part in the synchronizing reductions below (as do extra cubes).
+    let mut group = groups;
+    if row < rows {
+        group = 0usize;
+        if comptime![labelled] {
+            group = usize::cast_from(row_group[row]);
+        }
+    }
+    if tile < tiles && group < groups {
         let base = row * cols;
+        acc[ELEMENTS] = f32::cast_from(end - first);
         for c in range_stepped(first, end, 2usize) {
             let (a, b) = load_pair(input, base + c, kind);
             fold_value(a, &mut acc);
             fold_value(b, &mut acc);
             if comptime![with_error] {
-                fold_error(a, dequantized[base + c], overflow_limit, infinity, &mut acc);
-                fold_error(b, dequantized[base + c + 1], overflow_limit, infinity, &mut acc);
+                fold_error(a, dequantized[base + c], limit[group], infinity, &mut acc);
+                fold_error(b, dequantized[base + c + 1], limit[group], infinity, &mut acc);
             }
         }
     }
@@ -151,6 +174,9 @@ pub fn tensor_stats_kernel(
     tile_fields[MIN_NONZERO_ABS] = -cube_max_f32(-block_min, &mut scratch, STATS_TILE);
     tile_fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch, STATS_TILE);
     tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
+    // Every folding row of a tile has the same group (groups are 128-row aligned): the minimum.
+    tile_fields[GROUP] = -cube_max_f32(-f32::cast_from(group), &mut scratch, STATS_TILE);
+    tile_fields[ELEMENTS] = cube_sum(acc[ELEMENTS], &mut scratch, STATS_TILE);
     if comptime![with_error] {
         tile_fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], &mut scratch, STATS_TILE);
         tile_fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], &mut scratch, STATS_TILE);
@@ -168,12 +194,22 @@ pub fn stats_tiles(rows: usize, cols: usize) -> usize {
     rows.div_ceil(STATS_TILE) * cols.div_ceil(STATS_TILE)
 }
 
+/// Row labels of a grouped statistics input: the i32 group of each row (`count` or more: left
+/// out).
+#[derive(Clone, Copy)]
+pub struct RowLabels<'a> {
+    pub row_group: &'a cubecl::server::Handle,
+    pub count: usize,
+}
+
 /// The f32 `[tiles, STAT_FIELDS]` partial statistics of `x` (`cols` even); with `error`, the
-/// dequantized f32 copy of `x` (same layout) and the one-f32 overflow limit.
+/// dequantized f32 copy of `x` (same layout) and the overflow limits (one f32, or one per group
+/// with `labels`).
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
     error: Option<(&cubecl::server::Handle, &cubecl::server::Handle)>,
+    labels: Option<RowLabels<'_>>,
 ) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
         return Err(crate::launch::KernelError {
@@ -186,9 +222,14 @@ pub fn tensor_stats<R: Runtime>(
     let elements = x.rows * x.cols;
     let words = elements * x.kind.bytes() / 4;
     let dummy = client.empty(16);
+    let groups = labels.map_or(1, |l| l.count);
     let (dequantized, limit, dq_len) = match error {
         Some((dq, limit)) => (dq.clone(), limit.clone(), elements),
-        None => (dummy.clone(), dummy, 1),
+        None => (dummy.clone(), dummy.clone(), 1),
+    };
+    let (row_group, label_len) = match labels {
+        Some(l) => (l.row_group.clone(), x.rows),
+        None => (dummy, 1),
     };
     unsafe {
         tensor_stats_kernel::launch_unchecked::<R>(
@@ -197,14 +238,17 @@ pub fn tensor_stats<R: Runtime>(
             CubeDim::new_1d(STATS_TILE as u32),
             ArrayArg::from_raw_parts(x.handle.clone(), words),
             ArrayArg::from_raw_parts(dequantized, dq_len),
-            ArrayArg::from_raw_parts(limit, 1),
+            ArrayArg::from_raw_parts(limit, if error.is_some() { groups } else { 1 }),
+            ArrayArg::from_raw_parts(row_group, label_len),
             ArrayArg::from_raw_parts(out.clone(), tiles * STAT_FIELDS),
             x.rows,
             x.cols,
             tiles,
+            groups,
             f32::INFINITY,
             x.kind,
             error.is_some(),
+            labels.is_some(),
         )
     };
     Ok(out)

@@ -91,6 +91,19 @@ fn check_grouped_rows<R: CubeRuntime>(rows: usize, groups: &Groups<impl LowpBack
 }
 
 /// A contiguous tensor whose data starts 16-byte aligned (the kernels load 16-byte vectors).
+/// Row labels as a contiguous i32 tensor (the stats and grouped dequantize kernels read i32).
+fn i32_labels<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    t: IntTensor<CubeBackend<R, F, I, BT>>,
+) -> CubeTensor<R> {
+    let t = if t.dtype == DType::I32 {
+        t
+    } else {
+        CubeBackend::<R, F, I, BT>::int_cast(t, IntDType::I32)
+    };
+    // (Labels are whole tensors, never views at an offset.)
+    into_contiguous(t)
+}
+
 pub(super) fn prepare<R: CubeRuntime>(x: CubeTensor<R>) -> CubeTensor<R> {
     let x = into_contiguous(x);
     if x.handle.offset_start.unwrap_or(0) % 16 == 0 {
@@ -417,6 +430,57 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         )
         .map_err(kernel_error("input"))?;
         Ok(wrap(&client, &device, out, format, (rows, cols), false, 1))
+    }
+
+    /// FP8 per-tensor and block formats: one kernel reading the groups on the device
+    /// (`kernels::dequantize_fp8_grouped`); the other formats group by group.
+    fn lowp_grouped_dequantize(
+        q: &QuantizedTensor<Self>,
+        direction: Direction,
+        groups: &Groups<Self>,
+        row_group: &IntTensor<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        let Some(Storage::Quantized(storage)) = q.storage(direction) else {
+            return super::grouped::dequantize_group_by_group::<Self>(q, direction, groups);
+        };
+        let (fp8, scale_kind, scales) = match (&storage.format, &storage.scales) {
+            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
+                (*fp8, kernels::Fp8Scales::Tensor, s)
+            }
+            (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
+                let kind = match block {
+                    BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
+                    BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
+                };
+                (*fp8, kind, bytes)
+            }
+            _ => return super::grouped::dequantize_group_by_group::<Self>(q, direction, groups),
+        };
+        let row_group = i32_labels::<R, F, I, BT>(row_group.clone());
+        let client = storage.codes.client.clone();
+        let handle = kernels::dequantize_fp8_grouped(
+            &client,
+            &storage.codes.handle,
+            &scales.handle,
+            &row_group.handle,
+            RowGroups {
+                start: &groups.start.handle,
+                rows: &groups.len.handle,
+                count: groups.count,
+            },
+            q.rows,
+            q.cols,
+            fp8_kind(fp8),
+            scale_kind,
+            direction == Direction::Columnwise,
+        );
+        Ok(CubeTensor::new_contiguous(
+            client,
+            storage.codes.device.clone(),
+            Shape::new([q.rows, q.cols]),
+            handle,
+            DType::F32,
+        ))
     }
 
     fn lowp_dequantize(
@@ -973,11 +1037,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_tensor_stats(
         x: FloatTensor<Self>,
         error: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        labels: Option<(IntTensor<Self>, usize)>,
     ) -> Result<Self::Bytes> {
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         if rows == 0 || cols % 2 != 0 {
-            return super::tensor_stats_on_host::<Self>(x, error);
+            return super::tensor_stats_on_host::<Self>(x, error, labels);
         }
+        let labels = labels.map(|(row_group, count)| (i32_labels::<R, F, I, BT>(row_group), count));
         let kind = elem_kind(x.dtype, "debug statistics input")?;
         let x = prepare(x);
         let client = x.client.clone();
@@ -996,6 +1062,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             &client,
             input,
             error.as_ref().map(|(dq, limit)| (&dq.handle, &limit.handle)),
+            labels.as_ref().map(|(row_group, count)| kernels::stats::RowLabels {
+                row_group: &row_group.handle,
+                count: *count,
+            }),
         )
         .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
         let len = kernels::stats::stats_tiles(rows, cols) * kernels::stats::STAT_FIELDS * 4;

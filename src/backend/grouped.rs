@@ -281,6 +281,46 @@ pub fn group_view<B: LowpBackend>(
     }
 }
 
+/// The logical f32 `[rows, cols]` of every group of a grouped quantized tensor, one group at a
+/// time on the host's copy of the groups (`LowpBackend::lowp_grouped_dequantize`'s default); the
+/// tail rows after the last group are zeros.
+pub fn dequantize_group_by_group<B: LowpBackend>(
+    q: &QuantizedTensor<B>,
+    direction: Direction,
+    groups: &Groups<B>,
+) -> Result<FloatTensor<B>> {
+    let host = groups.host.get()?;
+    let mut parts = Vec::with_capacity(host.groups.len() + 1);
+    let mut device = None;
+    for (g, group) in host.groups.iter().enumerate() {
+        if group.len == 0 {
+            continue;
+        }
+        let part = B::lowp_dequantize(&group_view(q, g, *group), direction)?;
+        device.get_or_insert_with(|| B::float_device(&part));
+        parts.push(part);
+    }
+    let used: usize = host.groups.iter().map(|g| g.len).sum();
+    if used < q.rows || parts.is_empty() {
+        let device = match (device, q.storage(direction)) {
+            (Some(d), _) => d,
+            (None, Some(Storage::Quantized(s))) => B::bytes_device(&s.codes),
+            (None, Some(Storage::HighPrecision(t))) => B::float_device(t),
+            (None, None) => return Err(LowpError::invalid("grouped dequantize", format!("{direction:?}"), "the tensor has no such copy")),
+        };
+        parts.push(B::float_zeros(
+            Shape::new([q.rows - used, q.cols]),
+            &device,
+            burn::tensor::FloatDType::F32,
+        ));
+    }
+    Ok(if parts.len() == 1 {
+        parts.pop().expect("one part")
+    } else {
+        B::float_cat(parts, 0)
+    })
+}
+
 /// One operand of a grouped GEMM: a grouped tensor and its groups. For fprop and dgrad, operand
 /// `a` is the activation or gradient (groups of tokens) and `b` the experts' weights
 /// `[count * out, in]` (groups of `out` rows); for wgrad both are activations/gradients.

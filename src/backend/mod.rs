@@ -281,14 +281,34 @@ pub trait LowpBackend: Backend {
 
     /// Per-tile partial statistics of `x` (viewed as `[rows, cols]`) for the debug tools: f32
     /// `[tiles, STAT_FIELDS]` bytes (`debug::stats`). With `error = (dequantized, limit)` (an f32
-    /// copy of `x` after quantization, same shape, and a one-element f32 overflow limit) the
-    /// quantization terms too. One read of `x` on device backends; this default computes the
-    /// reference on the host (NdArray; a device backend falls back to it for odd `cols`).
+    /// copy of `x` after quantization, same shape, and the f32 overflow limit: one element, or one
+    /// per group with `labels`) the quantization terms too. With `labels` (`row_group`: the Int
+    /// group of each row, `count` or more for rows to leave out) the tiles name their group, so
+    /// every group of a grouped tensor is measured by one launch. One read of `x` on device
+    /// backends; this default computes the reference on the host (NdArray; a device backend falls
+    /// back to it for odd `cols`).
     fn lowp_tensor_stats(
         x: FloatTensor<Self>,
         error: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        labels: Option<(IntTensor<Self>, usize)>,
     ) -> Result<Self::Bytes> {
-        tensor_stats_on_host::<Self>(x, error)
+        tensor_stats_on_host::<Self>(x, error, labels)
+    }
+
+    /// The logical f32 `[rows, cols]` of every group of a grouped quantized tensor
+    /// (`format::grouped`); rows that hold no token (label `groups.count` in `row_group`) are
+    /// unspecified (statistics leave them out). The
+    /// default dequantizes group by group on the host's copy of the groups (free on NdArray; on a
+    /// device backend it waits for the split sizes); CubeCL backends run FP8 per-tensor and block
+    /// formats as one kernel that reads the groups on the device.
+    fn lowp_grouped_dequantize(
+        q: &QuantizedTensor<Self>,
+        direction: Direction,
+        groups: &Groups<Self>,
+        row_group: &IntTensor<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        let _ = row_group;
+        grouped::dequantize_group_by_group::<Self>(q, direction, groups)
     }
 
     /// One AdamW step of a parameter with Burn's gradient-norm clipping (`optim::FusedAdamW`):
@@ -330,6 +350,7 @@ pub trait LowpBackend: Backend {
 pub fn tensor_stats_on_host<B: LowpBackend>(
     x: FloatTensor<B>,
     error: Option<(FloatTensor<B>, FloatTensor<B>)>,
+    labels: Option<(IntTensor<B>, usize)>,
 ) -> Result<B::Bytes> {
     use burn::tensor::{FloatDType, TensorMetadata};
     let device = B::float_device(&x);
@@ -342,14 +363,33 @@ pub fn tensor_stats_on_host<B: LowpBackend>(
     };
     let values = read(x)?;
     let error = match error {
-        Some((dq, limit)) => Some((read(dq)?, read(limit)?[0])),
+        Some((dq, limit)) => Some((read(dq)?, read(limit)?)),
+        None => None,
+    };
+    let labels = match labels {
+        Some((row_group, count)) => {
+            let data = burn::tensor::read_sync(B::int_into_data(row_group))
+                .map_err(|e| crate::error::LowpError::invalid("row labels read", "failed", format!("{e:?}")))?;
+            let row_group: Vec<u32> = data
+                .convert::<i64>()
+                .to_vec::<i64>()
+                .map_err(|e| crate::error::LowpError::invalid("row labels", "i64", format!("{e:?}")))?
+                .into_iter()
+                .map(|g| g.clamp(0, count as i64) as u32)
+                .collect();
+            Some((row_group, count))
+        }
         None => None,
     };
     let partials = crate::debug::stats::tile_partials(
         &values,
         rows,
         cols,
-        error.as_ref().map(|(dq, limit)| (dq.as_slice(), *limit)),
+        error.as_ref().map(|(dq, limit)| (dq.as_slice(), limit.as_slice())),
+        labels.as_ref().map(|(row_group, count)| crate::debug::stats::RowLabels {
+            row_group,
+            count: *count,
+        }),
     );
     let bytes = partials.iter().flat_map(|v| v.to_le_bytes()).collect();
     Ok(B::bytes_from_host(bytes, &device))

@@ -3,17 +3,20 @@
 //! (`observe`: statistics and AutoswitchGemm metrics, at sampling iterations only) and asks for a
 //! GEMM's operands (`operands`: the quantized ones, or high-precision ones when a feature says so).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::config::{
     GemmName, HighPrecisionSource, Section, SwitchTiming, TensorKind, WhatIfRecipe,
 };
 use super::read_batch::ReadBatch;
-use super::session::{active, DebugSession, PendingStats, ScaleDecode, StatsRead};
-use crate::backend::LowpBackend;
+use super::session::{active, DebugSession, LaterRead, PendingStats, ScaleDecode, StatsRead};
+use super::stats::split_partials_by_group;
+use crate::backend::grouped::{HostCopy, HostGroups};
+use crate::backend::{Groups, LowpBackend};
+use crate::format::grouped::group_ranges;
 use crate::error::Result;
 use crate::format::fp8_block::BlockShape;
 use crate::format::{Direction, Fp8CurrentScaling, Fp8Format, FormatConfig, QuantFormat, Usage};
@@ -196,19 +199,26 @@ impl LayerDebug {
             || self.session.autoswitch_may_act(&self.section, &self.layer)
     }
 
-    /// Whether a grouped layer must run its experts one by one this iteration (`experts`: the
-    /// experts that hold tokens, named `<name>.gemm_<g>`): a feature changes how a GEMM runs
-    /// (high precision, fake quantization, per-tensor scaling), AutoswitchGemm decides within the
-    /// iteration (`same_iteration` timing), or it holds one of these experts' GEMMs in high
-    /// precision now (the samples due now are applied here, as each GEMM would apply them).
-    /// Statistics and `next_sample` metrics alone keep the grouped GEMMs: the op then observes
-    /// each expert's slice of the grouped tensors (`ops::grouped_linear::ExpertsDebug`).
+    /// Whether a grouped layer must run its experts one by one this iteration (`experts`: its
+    /// experts, named `<name>.gemm_<g>`): a feature changes how a GEMM runs (high precision, fake
+    /// quantization, per-tensor scaling), AutoswitchGemm decides within the iteration
+    /// (`same_iteration` timing), it holds one of these experts' GEMMs in high precision now (the
+    /// samples due now are applied here, as each GEMM would apply them), or a what-if cast is
+    /// sampled. Statistics and `next_sample` metrics alone keep the grouped GEMMs: the op then
+    /// observes every expert of the grouped tensors at once (`observe_experts`).
     pub fn changes_expert_gemms(&self, name: &str, experts: &[usize]) -> Result<bool> {
         let f = &self.section.features;
         if f.disable_quantization_gemm.is_some()
             || f.disable_quantization_layer.is_some()
             || f.fake_quant.is_some()
             || f.per_tensor_scaling.is_some()
+        {
+            return Ok(true);
+        }
+        // What-if casts quantize each expert's slice as its own tensor.
+        if f.log_quantized_tensor_stats
+            .as_ref()
+            .is_some_and(|l| !l.what_if.is_empty() && l.schedule().samples(self.iteration))
         {
             return Ok(true);
         }
@@ -353,36 +363,85 @@ impl LayerDebug {
         quantized: Option<&QuantizedTensor<Q>>,
     ) -> Result<()> {
         let mut batch = ReadBatch::new();
-        let observed = self.observe_into(tensor, x, quantized, &mut batch);
+        let observed = self.observe_into(tensor, x, quantized, None, &mut batch);
         batch.flush();
         observed
     }
 
-    /// `observe`, with the buffers to read back added to `batch` (several observations, e.g.
-    /// every expert's slice of a grouped tensor, then share one device read).
+    /// Reports `tensor` of every expert of this grouped layer (`<layer>.gemm_<g>`, TE's debug
+    /// GroupedLinear): `x` and its grouped quantized form `quantized` hold the experts' rows as
+    /// `rows` says. Each statistic is one launch and one device read for all experts: the tiles
+    /// carry their expert, and the host splits them when it logs (the split sizes are not read
+    /// here).
+    pub fn observe_experts<Q: LowpBackend>(
+        &self,
+        tensor: TensorKind,
+        x: &FloatTensor<Q>,
+        quantized: Option<&QuantizedTensor<Q>>,
+        rows: &ExpertRows<Q>,
+    ) -> Result<()> {
+        let mut batch = ReadBatch::new();
+        let observed = self.observe_into(tensor, x, quantized, Some(rows), &mut batch);
+        batch.flush();
+        observed
+    }
+
+    /// Where the statistics of an observation go: to this layer, or split per expert.
+    fn add_read<Q: LowpBackend>(
+        &self,
+        batch: &mut ReadBatch<Q>,
+        bytes: Vec<Q::Bytes>,
+        experts: Option<&ExpertRows<Q>>,
+        scales: Option<ScaleSplit>,
+        sink: impl Fn(String, LaterRead) + 'static,
+    ) {
+        let Some(rows) = experts else {
+            let layer = self.layer.clone();
+            batch.add(bytes, move |read| sink(layer, read));
+            return;
+        };
+        let count = rows.groups.count;
+        let split = ExpertSplit {
+            count,
+            tokens: rows.tokens.clone(),
+            groups: rows.groups.host.clone(),
+            scales,
+        };
+        let layer = self.layer.clone();
+        batch.add(bytes, move |read| {
+            let shared = Arc::new(Mutex::new(SplitState::Pending(read, split)));
+            for g in 0..count {
+                let part = shared.clone();
+                sink(format!("{layer}.gemm_{g}"), Box::new(move || take_expert(&part, g)));
+            }
+        });
+    }
+
+    /// `observe` of this layer (`experts: None`) or of every expert of a grouped layer, with the
+    /// buffers to read back added to `batch` (several observations then share one device read).
     pub(crate) fn observe_into<Q: LowpBackend>(
         &self,
         tensor: TensorKind,
         x: &FloatTensor<Q>,
         quantized: Option<&QuantizedTensor<Q>>,
+        experts: Option<&ExpertRows<Q>>,
         batch: &mut ReadBatch<Q>,
     ) -> Result<()> {
         let f = &self.section.features;
         let it = self.iteration;
-        let numel = x.shape().num_elements() as u64;
-        if numel == 0 {
+        if x.shape().num_elements() == 0 {
             return Ok(());
         }
+        let labels = experts.map(|e| (e.row_group.clone(), e.groups.count));
         // Where a statistic's read goes: the session's pending statistics.
-        let to_stats = |numel: u64, what: StatsRead| {
-            let (session, layer) = (self.session.clone(), self.layer.clone());
-            move |read| {
+        let to_stats = |what: StatsRead| {
+            let session = self.session.clone();
+            move |layer: String, read: LaterRead| {
                 session.push_stats(PendingStats {
                     iteration: it,
                     layer,
                     tensor,
-                    numel,
-                    what,
+                    what: what.clone(),
                     read,
                 })
             }
@@ -393,9 +452,8 @@ impl LayerDebug {
             .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
         {
             let x = self.data_view::<Q>(tensor, x.clone());
-            let numel = x.shape().num_elements() as u64;
-            let partials = Q::lowp_tensor_stats(x, None)?;
-            batch.add(vec![partials], to_stats(numel, StatsRead::Tensor(l.stats.clone())));
+            let partials = Q::lowp_tensor_stats(x, None, labels.clone())?;
+            self.add_read(batch, vec![partials], experts, None, to_stats(StatsRead::Tensor(l.stats.clone())));
         }
         let Some(q) = quantized else { return Ok(()) };
         // The error partials of `q`'s copies, computed once per direction for the quantized
@@ -405,7 +463,7 @@ impl LayerDebug {
             if let Some((_, p)) = own.iter().find(|(d, _)| *d == direction) {
                 return Ok(p.clone());
             }
-            let p = self.error_partials(tensor, x, q, direction)?;
+            let p = self.error_partials(tensor, x, q, direction, experts)?;
             own.push((direction, p.clone()));
             Ok(p)
         };
@@ -421,7 +479,9 @@ impl LayerDebug {
             // (name prefix, the tensor, whether it is `q` itself)
             let mut variants: Vec<(String, QuantizedTensor<Q>, bool)> =
                 vec![(String::new(), q.clone(), true)];
-            for recipe in &l.what_if {
+            // What-if casts of a grouped tensor would need grouped quantizers: a grouped layer
+            // with `what_if` runs its experts one by one (`changes_expert_gemms`).
+            for recipe in l.what_if.iter().filter(|_| experts.is_none()) {
                 let usage = Usage {
                     rowwise: true,
                     columnwise: l.columnwise,
@@ -439,10 +499,10 @@ impl LayerDebug {
                     let Some(Storage::Quantized(storage)) = v.storage(*direction) else {
                         continue;
                     };
-                    let (partials, scales, numel) = if is_own {
+                    let (partials, scales) = if is_own {
                         own_partials(*direction)?
                     } else {
-                        self.error_partials(tensor, x, &v, *direction)?
+                        self.error_partials(tensor, x, &v, *direction, None)?
                     };
                     let decode = match (&storage.format, scales.is_some()) {
                         (QuantFormat::Nvfp4 { .. }, _) | (_, false) => None,
@@ -459,7 +519,12 @@ impl LayerDebug {
                         suffix,
                         scales: decode,
                     };
-                    batch.add(bytes, to_stats(numel, what));
+                    let split = ScaleSplit {
+                        format: storage.format,
+                        direction: *direction,
+                        cols: q.cols,
+                    };
+                    self.add_read(batch, bytes, experts, Some(split), to_stats(what));
                 }
             }
         }
@@ -470,10 +535,10 @@ impl LayerDebug {
                     if !matches!(q.storage(direction), Some(Storage::Quantized(_))) {
                         continue;
                     }
-                    let (partials, _, numel) = own_partials(direction)?;
-                    let (session, layer, gemm) = (self.session.clone(), self.layer.clone(), *gemm);
-                    batch.add(vec![partials], move |read| {
-                        session.push_metric(&layer, gemm, it, tensor, numel, read)
+                    let (partials, _) = own_partials(direction)?;
+                    let (session, gemm) = (self.session.clone(), *gemm);
+                    self.add_read(batch, vec![partials], experts, None, move |layer, read| {
+                        session.push_metric(&layer, gemm, it, tensor, read)
                     });
                 }
             }
@@ -482,41 +547,137 @@ impl LayerDebug {
     }
 
     /// Partials of `x` against `q`'s `direction` copy (with the delayed-scaling overflow limit
-    /// for FP8 per-tensor copies), and the copy's scale bytes.
+    /// for FP8 per-tensor copies, per expert for a grouped tensor), and the copy's scale bytes.
     fn error_partials<Q: LowpBackend>(
         &self,
         tensor: TensorKind,
         x: &FloatTensor<Q>,
         q: &QuantizedTensor<Q>,
         direction: Direction,
+        experts: Option<&ExpertRows<Q>>,
     ) -> Result<ErrorPartials<Q>> {
         let storage = q.quantized(direction)?;
-        let dequantized = Q::lowp_dequantize(q, direction)?;
+        let dequantized = match experts {
+            Some(e) => Q::lowp_grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
+            None => Q::lowp_dequantize(q, direction)?,
+        };
         let device = Q::float_device(x);
+        let limits = experts.map_or(1, |e| e.groups.count);
         let (limit, scales) = match (&storage.format, &storage.scales) {
             (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-                let scale_inv = Q::float_from_bytes(s, [1, 1]);
+                let scale_inv = Q::float_from_bytes(s, [1, limits]);
                 (
                     Q::float_mul_scalar(scale_inv, fp8.max().into()),
                     Some(s.clone()),
                 )
             }
-            (_, StorageScales::BlockF32 { bytes, .. }) => (infinite::<Q>(&device), Some(bytes.clone())),
-            (_, StorageScales::BlockBytes { bytes, .. }) => (infinite::<Q>(&device), Some(bytes.clone())),
-            _ => (infinite::<Q>(&device), None),
+            (_, StorageScales::BlockF32 { bytes, .. }) => (infinite::<Q>(limits, &device), Some(bytes.clone())),
+            (_, StorageScales::BlockBytes { bytes, .. }) => (infinite::<Q>(limits, &device), Some(bytes.clone())),
+            _ => (infinite::<Q>(limits, &device), None),
         };
         let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
         let dequantized = self.data_view::<Q>(tensor, dequantized);
-        let numel = x.shape().num_elements() as u64;
-        Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)))?, scales, numel))
+        let labels = experts.map(|e| (e.row_group.clone(), e.groups.count));
+        Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)), labels)?, scales))
     }
 }
 
-/// Statistics partials of a tensor against one quantized copy, the copy's scale bytes, and the
-/// element count they cover.
-type ErrorPartials<Q> = (<Q as LowpBackend>::Bytes, Option<<Q as LowpBackend>::Bytes>, u64);
+/// The rows of a grouped layer's tensor, per expert: `row_group` (Int, the expert of each row,
+/// `groups.count` for padding rows), the tensor's groups (token groups, or the weights' groups
+/// of `out` rows), and the token groups' host copy (which experts got tokens), read when the
+/// statistics are logged, a step later, when it has long arrived.
+#[derive(Clone, Debug)]
+pub struct ExpertRows<Q: LowpBackend> {
+    pub row_group: IntTensor<Q>,
+    pub groups: Groups<Q>,
+    pub tokens: HostCopy<HostGroups>,
+}
 
-fn infinite<Q: LowpBackend>(device: &Q::Device) -> FloatTensor<Q> {
-    let bytes = f32::INFINITY.to_le_bytes().to_vec();
-    Q::float_from_bytes(&Q::bytes_from_host(bytes, device), [1, 1])
+/// How to find one expert's scales in a grouped representation's scale bytes.
+#[derive(Clone, Debug)]
+struct ScaleSplit {
+    format: QuantFormat,
+    direction: Direction,
+    cols: usize,
+}
+
+/// How one read of a grouped tensor's statistics splits per expert.
+struct ExpertSplit {
+    count: usize,
+    /// Which experts got tokens (the token layout's groups).
+    tokens: HostCopy<HostGroups>,
+    /// The groups of the tensor's rows (where each expert's block scales lie).
+    groups: HostCopy<HostGroups>,
+    scales: Option<ScaleSplit>,
+}
+
+enum SplitState {
+    Pending(LaterRead, ExpertSplit),
+    /// Each expert's buffers (taken once each), or why the read failed.
+    Ready(Vec<Vec<Vec<u8>>>),
+    Failed(String),
+}
+
+/// Expert `g`'s part of a read of grouped statistics: its tiles of the partials and its scales;
+/// nothing for an expert that got no tokens (nothing is then logged for it, as when the experts
+/// run one by one). The first expert to ask splits the read for all of them in one pass.
+fn take_expert(shared: &Mutex<SplitState>, g: usize) -> Result<Vec<Vec<u8>>> {
+    let mut state = shared.lock().expect("expert split lock");
+    if let SplitState::Pending(..) = &*state {
+        let SplitState::Pending(read, split) =
+            std::mem::replace(&mut *state, SplitState::Failed(String::new()))
+        else {
+            unreachable!()
+        };
+        *state = match split_per_expert(read, &split) {
+            Ok(parts) => SplitState::Ready(parts),
+            Err(e) => SplitState::Failed(e.to_string()),
+        };
+    }
+    match &mut *state {
+        SplitState::Ready(parts) => Ok(std::mem::take(&mut parts[g])),
+        SplitState::Failed(e) => Err(crate::error::LowpError::invalid(
+            "grouped debug statistics read",
+            "failed",
+            e.clone(),
+        )),
+        SplitState::Pending(..) => unreachable!("resolved above"),
+    }
+}
+
+fn split_per_expert(read: LaterRead, split: &ExpertSplit) -> Result<Vec<Vec<Vec<u8>>>> {
+    let buffers = read()?;
+    let tokens = split.tokens.get()?.groups;
+    let tiles = split_partials_by_group(&buffers[0], split.count);
+    let groups = match split.scales.as_ref().map(|s| s.format) {
+        Some(QuantFormat::Fp8Tensor { .. }) | None => None,
+        Some(_) => Some(split.groups.get()?.groups),
+    };
+    Ok(tiles
+        .into_iter()
+        .enumerate()
+        .map(|(g, partials)| {
+            if tokens.get(g).is_none_or(|t| t.used == 0) {
+                return vec![Vec::new()];
+            }
+            let mut part = vec![partials];
+            if let (Some(s), Some(scales)) = (&split.scales, buffers.get(1)) {
+                let range = match &groups {
+                    None => 4 * g..4 * g + 4,
+                    Some(groups) => group_ranges(&s.format, s.direction, s.cols, groups[g]).scales,
+                };
+                part.push(scales.get(range).map(<[u8]>::to_vec).unwrap_or_default());
+            }
+            part
+        })
+        .collect())
+}
+
+/// Statistics partials of a tensor against one quantized copy, and the copy's scale bytes.
+type ErrorPartials<Q> = (<Q as LowpBackend>::Bytes, Option<<Q as LowpBackend>::Bytes>);
+
+/// `[1, n]` infinite overflow limits (formats without delayed scaling's clipping).
+fn infinite<Q: LowpBackend>(n: usize, device: &Q::Device) -> FloatTensor<Q> {
+    let bytes = f32::INFINITY.to_le_bytes().repeat(n);
+    Q::float_from_bytes(&Q::bytes_from_host(bytes, device), [1, n])
 }

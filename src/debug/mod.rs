@@ -8,7 +8,6 @@ pub mod autoswitch;
 pub mod config;
 pub mod layer;
 mod read_batch;
-pub(crate) use read_batch::ReadBatch;
 pub mod session;
 pub mod stats;
 pub mod summary;

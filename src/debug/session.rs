@@ -39,6 +39,7 @@ use crate::recipe::ModuleKind;
 pub(crate) type LaterRead = Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send>;
 
 /// What a pending statistics read turns into.
+#[derive(Clone)]
 pub(crate) enum StatsRead {
     /// `LogTensorStats` on the high-precision tensor.
     Tensor(Vec<super::config::TensorStat>),
@@ -63,7 +64,6 @@ pub(crate) struct PendingStats {
     pub iteration: u64,
     pub layer: String,
     pub tensor: TensorKind,
-    pub numel: u64,
     pub what: StatsRead,
     pub read: LaterRead,
 }
@@ -71,7 +71,6 @@ pub(crate) struct PendingStats {
 /// A metric read of AutoswitchGemm: one tensor's copy feeding one GEMM.
 struct PendingMetric {
     tensor: TensorKind,
-    numel: u64,
     read: LaterRead,
 }
 
@@ -270,7 +269,11 @@ impl DebugSession {
         let mut order: Vec<(u64, String, TensorKind, String, StatKind)> = Vec::new();
         for p in ready {
             let buffers = (p.read)()?;
-            let stats = TensorStats::from_partial_bytes(&buffers[0], p.numel);
+            let stats = TensorStats::from_partial_bytes(&buffers[0]);
+            if stats.numel == 0 {
+                // An expert that got no tokens this micro-batch: nothing to report.
+                continue;
+            }
             let mut push = |name: String, kind: StatKind, scale_values: Vec<f64>| {
                 let key = (p.iteration, p.layer.clone(), p.tensor, name.clone());
                 match merged.get_mut(&key) {
@@ -353,7 +356,6 @@ impl DebugSession {
         gemm: GemmName,
         iteration: u64,
         tensor: TensorKind,
-        numel: u64,
         read: LaterRead,
     ) {
         let mut state = self.lock();
@@ -361,11 +363,7 @@ impl DebugSession {
             .switches
             .entry((layer.to_string(), gemm))
             .or_insert_with(SwitchSlot::new);
-        slot.metrics.entry(iteration).or_default().push(PendingMetric {
-            tensor,
-            numel,
-            read,
-        });
+        slot.metrics.entry(iteration).or_default().push(PendingMetric { tensor, read });
     }
 
     /// AutoswitchGemm's decision for `gemm` of `layer` at the current iteration: applies the
@@ -405,8 +403,11 @@ impl DebugSession {
                     let started = Instant::now();
                     let buffers = (m.read)()?;
                     crate::backend::host_sync::record_debug_metric_read(started.elapsed());
-                    let stats = TensorStats::from_partial_bytes(&buffers[0], m.numel);
-                    tensors.push((m.tensor, stats.quantization_error(), stats.relative_mse()));
+                    let stats = TensorStats::from_partial_bytes(&buffers[0]);
+                    // (An expert without tokens in a micro-batch measured nothing there.)
+                    if stats.numel > 0 {
+                        tensors.push((m.tensor, stats.quantization_error(), stats.relative_mse()));
+                    }
                 }
                 if let Some(metrics) = GemmMetrics::worst(&tensors) {
                     let (event, breach) = slot.state.apply_sample(it, schedule.freq, &metrics, config);

@@ -10,8 +10,8 @@
 
 use crate::error::{LowpError, Result};
 pub use burn_lowp_kernels::stats::{
-    ABS_SUM, AMAX, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS, NONZERO, OVERFLOWS,
-    SQUARED_ERROR, STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
+    ABS_SUM, AMAX, ELEMENTS, GROUP, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS,
+    NONZERO, OVERFLOWS, SQUARED_ERROR, STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
 };
 
 use super::config::{QuantizedStat, TensorStat};
@@ -79,14 +79,26 @@ fn tree_max(values: &[f32; STATS_TILE]) -> f32 {
     values.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
+/// The groups of a grouped statistics input: the group of each row (`count` or more: a padding
+/// row, left out).
+#[derive(Debug, Clone, Copy)]
+pub struct RowLabels<'a> {
+    pub row_group: &'a [u32],
+    pub count: usize,
+}
+
 /// The per-tile partials the device kernel writes (`[tiles, STAT_FIELDS]`, tiles row-major), for
-/// `values [rows, cols]` and, with `error`, its dequantized copy and the overflow limit.
+/// `values [rows, cols]` and, with `error`, its dequantized copy and the overflow limits (one, or
+/// one per group with `labels`); with `labels`, each tile folds its labelled rows and names their
+/// group.
 pub fn tile_partials(
     values: &[f32],
     rows: usize,
     cols: usize,
-    error: Option<(&[f32], f32)>,
+    error: Option<(&[f32], &[f32])>,
+    labels: Option<RowLabels<'_>>,
 ) -> Vec<f32> {
+    let groups = labels.map_or(1, |l| l.count);
     let tile_cols = cols.div_ceil(STATS_TILE);
     let tiles = rows.div_ceil(STATS_TILE) * tile_cols;
     let mut out = vec![0.0f32; tiles * STAT_FIELDS];
@@ -99,7 +111,14 @@ pub fn tile_partials(
             acc[MAX] = f32::NEG_INFINITY;
             acc[MIN_NONZERO_ABS] = f32::INFINITY;
             let row = (tile / tile_cols) * STATS_TILE + u;
-            if row < rows {
+            let group = match (row < rows, labels) {
+                (false, _) => groups,
+                (true, None) => 0,
+                (true, Some(l)) => l.row_group[row] as usize,
+            };
+            acc[GROUP] = group as f32;
+            if group < groups {
+                acc[ELEMENTS] = (end - first) as f32;
                 for c in first..end {
                     let v = values[row * cols + c];
                     if v != 0.0 {
@@ -121,7 +140,8 @@ pub fn tile_partials(
                     if a > 0.0 && a < acc[MIN_NONZERO_ABS] {
                         acc[MIN_NONZERO_ABS] = a;
                     }
-                    if let Some((dq, limit)) = error {
+                    if let Some((dq, limits)) = error {
+                        let limit = limits[group];
                         let d = dq[row * cols + c];
                         if v != 0.0 && d == 0.0 {
                             acc[UNDERFLOWS] += 1.0;
@@ -149,6 +169,8 @@ pub fn tile_partials(
         t[MIN_NONZERO_ABS] = -tree_max(&field(MIN_NONZERO_ABS).map(|v| -v));
         t[MAX_LN_RANGE_1D] = tree_max(&field(MAX_LN_RANGE_1D));
         t[LN_RANGE_2D] = ln_range(t[AMAX], t[MIN_NONZERO_ABS]);
+        t[GROUP] = -tree_max(&field(GROUP).map(|v| -v));
+        t[ELEMENTS] = tree_sum(&mut field(ELEMENTS));
         if error.is_some() {
             for f in [UNDERFLOWS, SQUARED_ERROR, OVERFLOWS] {
                 t[f] = tree_sum(&mut field(f));
@@ -156,6 +178,28 @@ pub fn tile_partials(
         }
     }
     out
+}
+
+/// f32 partials from their little-endian bytes.
+pub fn partials_from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// The little-endian bytes of a grouped tensor's partials split per group (`count` groups; tiles
+/// of padding rows only, whose group is `count`, belong to none), in one pass.
+pub fn split_partials_by_group(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
+    let mut groups = vec![Vec::new(); count];
+    for tile in bytes.chunks_exact(4 * STAT_FIELDS) {
+        let at = 4 * GROUP;
+        let g = f32::from_le_bytes([tile[at], tile[at + 1], tile[at + 2], tile[at + 3]]) as usize;
+        if g < count {
+            groups[g].extend_from_slice(tile);
+        }
+    }
+    groups
 }
 
 /// Statistics of one tensor (accumulated over micro-batches), reduced from tile partials.
@@ -178,11 +222,11 @@ pub struct TensorStats {
 }
 
 impl TensorStats {
-    /// Reduces f32 `[tiles, STAT_FIELDS]` partials (as little-endian bytes or values) of a tensor
-    /// of `numel` elements.
-    pub fn from_partials(partials: &[f32], numel: u64) -> TensorStats {
+    /// Reduces f32 `[tiles, STAT_FIELDS]` partials (as little-endian bytes or values); the
+    /// element count is the tiles' `ELEMENTS`.
+    pub fn from_partials(partials: &[f32]) -> TensorStats {
         let mut s = TensorStats {
-            numel,
+            numel: 0,
             nonzero: 0.0,
             sum: 0.0,
             sum_squares: 0.0,
@@ -199,6 +243,7 @@ impl TensorStats {
         };
         for t in partials.chunks_exact(STAT_FIELDS) {
             let f = |i: usize| t[i] as f64;
+            s.numel += t[ELEMENTS] as u64;
             s.nonzero += f(NONZERO);
             s.sum += f(SUM);
             s.sum_squares += f(SUM_SQUARES);
@@ -216,12 +261,8 @@ impl TensorStats {
         s
     }
 
-    pub fn from_partial_bytes(bytes: &[u8], numel: u64) -> TensorStats {
-        let values: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        TensorStats::from_partials(&values, numel)
+    pub fn from_partial_bytes(bytes: &[u8]) -> TensorStats {
+        TensorStats::from_partials(&partials_from_bytes(bytes))
     }
 
     /// Accumulates another micro-batch of the same tensor.

@@ -23,8 +23,8 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{FloatTensor, FloatTensorOps};
-use burn::tensor::{Distribution, Int, Tensor, TensorPrimitive};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor};
+use burn::tensor::{Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::lowp_state::LowpState;
 use super::weight_cache::WeightCache;
@@ -35,7 +35,7 @@ use crate::error::LowpError;
 type LowpResult<T> = std::result::Result<T, LowpError>;
 use crate::debug::LayerDebug;
 use crate::format::grouped::{uniform_groups, GROUP_ALIGN};
-use crate::ops::grouped_linear::{run_wgrad, ExpertDebug, ExpertsDebug};
+use crate::ops::grouped_linear::{run_wgrad, ExpertsDebug};
 use crate::ops::{BackwardErrors, LowpLinear, PendingWgrad, RowMove, WgradTarget};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
 
@@ -84,6 +84,8 @@ pub struct GroupedLinear<B: Backend> {
 /// What a `GroupedLinear` keeps between calls besides its weight cache.
 struct GroupedRuntime<Q: LowpBackend> {
     weight_groups: Groups<Q>,
+    /// The expert of each row of the stacked weights (for the debug tools' statistics).
+    weight_labels: IntTensor<Q>,
     pending: Arc<Mutex<VecDeque<PendingWgrad<Q>>>>,
     main_grad: Arc<Mutex<Option<FloatTensor<Q>>>>,
     errors: BackwardErrors,
@@ -264,23 +266,11 @@ impl<B: LowpLinear> GroupedLinear<B> {
         let mut observed = None;
         if let Some(debug) = LayerDebug::for_layer(&self.lowp.layout.name, &self.lowp.layout.kind)? {
             if debug.acts() {
-                // The groups on the host: which experts hold tokens (a blocking read of the
-                // splits, at sampling iterations only; counted in `host_syncs`).
-                let groups = layout.host_groups()?;
-                let holding: Vec<usize> = (0..groups.len()).filter(|&g| groups[g].used > 0).collect();
-                let name = self.name();
-                if debug.changes_expert_gemms(&name, &holding)? {
+                let experts: Vec<usize> = (0..self.num_gemms()).collect();
+                if debug.changes_expert_gemms(&self.name(), &experts)? {
                     return self.forward_experts_one_by_one(x, layout, &debug);
                 }
-                observed = Some(ExpertsDebug {
-                    experts: holding
-                        .iter()
-                        .map(|&g| ExpertDebug {
-                            group: g,
-                            view: debug.expert(format!("{name}.gemm_{g}"), groups[g].used),
-                        })
-                        .collect(),
-                });
+                observed = Some(debug);
             }
         }
         let [experts, out, inp] = self.weight.dims();
@@ -314,7 +304,10 @@ impl<B: LowpLinear> GroupedLinear<B> {
             wgrad,
             runtime.errors.clone(),
         );
-        op.debug = observed;
+        op.debug = observed.map(|layer| ExpertsDebug {
+            layer,
+            weight_labels: runtime.weight_labels.clone(),
+        });
         let (y, quantized_weight) = B::lowp_grouped_linear(
             x.into_primitive().tensor(),
             w.into_primitive().tensor(),
@@ -464,8 +457,14 @@ impl<B: LowpLinear> GroupedLinear<B> {
             w.clone().into_primitive().tensor(),
         )))
         .device();
+        let labels: Vec<i32> = (0..experts * out).map(|r| (r / out) as i32).collect();
         let runtime = Arc::new(GroupedRuntime {
             weight_groups: Groups::from_host(uniform_groups(experts, out), experts * out, &device)?,
+            weight_labels: Tensor::<B::Quant, 1, Int>::from_data(
+                TensorData::new(labels, [experts * out]),
+                &device,
+            )
+            .into_primitive(),
             pending: Arc::default(),
             main_grad: Arc::default(),
             errors: BackwardErrors::default(),

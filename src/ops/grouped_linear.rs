@@ -15,16 +15,16 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
-use burn::tensor::ops::FloatTensor;
+use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, TensorMetadata};
 
 use super::linear::{columnwise_only, debug_or_warn, gemm_dtype};
 
-use crate::backend::grouped::group_view;
 use crate::backend::{
-    GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend, RowGroup,
+    GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend,
 };
-use crate::debug::{LayerDebug, ReadBatch, TensorKind};
+use crate::debug::layer::ExpertRows;
+use crate::debug::{LayerDebug, TensorKind};
 use crate::error::{LowpError, Result};
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
@@ -134,52 +134,36 @@ impl BackwardErrors {
     }
 }
 
-/// One expert of a grouped layer under a debug session: its group index and its debug view
-/// (`<name>.gemm_<g>`, token-indexed tensors cut to its tokens).
-#[derive(Clone, Debug)]
-pub struct ExpertDebug {
-    pub group: usize,
-    pub view: LayerDebug,
-}
-
 /// A debug session observing a grouped layer this iteration while its GEMMs stay grouped
 /// (statistics and `next_sample` AutoswitchGemm metrics; `LayerDebug::changes_expert_gemms`
-/// says when that is enough): each expert's slice of the grouped tensors is reported to its own
-/// view, with the views of the grouped quantized tensors (`group_view`). The groups are read on
-/// the host (`GroupLayout::host_groups`, counted in `host_syncs`): in forward at a sampling
-/// iteration only; backward's wgrad reads them anyway.
+/// says when that is enough): every grouped tensor is reported once for all experts
+/// (`LayerDebug::observe_experts`), its rows labelled by expert on the device (the layout's
+/// `row_group` for token rows, `weight_labels` for the weights' and their gradient's), so neither
+/// forward nor backward reads the split sizes for it.
 #[derive(Clone, Debug)]
-pub struct ExpertsDebug {
-    /// The experts that hold tokens.
-    pub experts: Vec<ExpertDebug>,
+pub struct ExpertsDebug<Q: LowpBackend> {
+    pub layer: LayerDebug,
+    /// The expert of each row of the stacked weights `[E * out, in]`.
+    pub weight_labels: IntTensor<Q>,
 }
 
-impl ExpertsDebug {
-    /// Reports `tensor` of every expert: group g's rows (`groups[g]`) of the grouped `x`, and of
-    /// its quantized form `q`.
-    fn observe<Q: LowpBackend>(
-        &self,
-        tensor: TensorKind,
-        x: &FloatTensor<Q>,
-        q: Option<&QuantizedTensor<Q>>,
-        groups: &[RowGroup],
-    ) -> Result<()> {
-        let cols = x.shape().as_slice()[1];
-        // One device read for every expert's statistics of this tensor.
-        let mut batch = ReadBatch::new();
-        let mut observed = Ok(());
-        for expert in &self.experts {
-            let group = groups[expert.group];
-            let rows = group.start..group.start + group.len;
-            let xg = Q::float_slice(x.clone(), &[rows.into(), (0..cols).into()]);
-            let qg = q.map(|q| group_view(q, expert.group, group));
-            observed = expert.view.observe_into(tensor, &xg, qg.as_ref(), &mut batch);
-            if observed.is_err() {
-                break;
-            }
+impl<Q: LowpBackend> ExpertsDebug<Q> {
+    /// The token rows of `layout`, per expert.
+    fn tokens(layout: &GroupLayout<Q>) -> ExpertRows<Q> {
+        ExpertRows {
+            row_group: layout.row_group.clone(),
+            groups: layout.groups.clone(),
+            tokens: layout.groups.host.clone(),
         }
-        batch.flush();
-        observed
+    }
+
+    /// The weight rows, per expert (reported for the experts that got tokens in `layout`).
+    fn weights(&self, weight_groups: &Groups<Q>, layout: &GroupLayout<Q>) -> ExpertRows<Q> {
+        ExpertRows {
+            row_group: self.weight_labels.clone(),
+            groups: weight_groups.clone(),
+            tokens: layout.groups.host.clone(),
+        }
     }
 }
 
@@ -194,7 +178,7 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
     pub wgrad: WgradTarget<Q>,
     pub errors: BackwardErrors,
     /// The experts a debug session observes this iteration.
-    pub debug: Option<ExpertsDebug>,
+    pub debug: Option<ExpertsDebug<Q>>,
 }
 
 
@@ -268,11 +252,11 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
         },
     )?;
     if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
-        let tokens = layout.host_groups()?;
-        let weights = op.weight_groups.host.get()?.groups;
-        debug.observe(TensorKind::Activation, &x, Some(&qx), &tokens)?;
-        debug.observe(TensorKind::Weight, &w, Some(&qw), &weights)?;
-        debug.observe::<Q>(TensorKind::Output, &y, None, &tokens)?;
+        let tokens = ExpertsDebug::tokens(layout);
+        let weights = debug.weights(&op.weight_groups, layout);
+        debug.layer.observe_experts(TensorKind::Activation, &x, Some(&qx), &tokens)?;
+        debug.layer.observe_experts(TensorKind::Weight, &w, Some(&qw), &weights)?;
+        debug.layer.observe_experts::<Q>(TensorKind::Output, &y, None, &tokens)?;
     }
     Ok((y, qx, qw))
 }
@@ -314,7 +298,7 @@ struct GroupedSaved<Q: LowpBackend> {
     grad_output: GroupedQuantizer<Q>,
     wgrad: WgradTarget<Q>,
     errors: BackwardErrors,
-    debug: Option<ExpertsDebug>,
+    debug: Option<ExpertsDebug<Q>>,
     /// Shapes of X and W, for the zero gradients of a failed backward.
     x_shape: [usize; 2],
     w_shape: [usize; 2],
@@ -339,13 +323,13 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
         let errors = saved.errors.clone();
         let device = Q::float_device(&dy);
         let zeros = |shape: [usize; 2]| Q::float_zeros(shape.into(), &device, out_dtype);
-        // Under a debug session: the experts' token and weight groups (on the host since
-        // forward), and dY before quantization.
-        let debug = saved.debug.as_ref().and_then(|d| {
-            let groups = saved.layout.host_groups().and_then(|tokens| {
-                Ok((tokens, saved.weight_groups.host.get()?.groups))
-            });
-            debug_or_warn(groups, "expert groups").map(|groups| (d, groups, dy.clone()))
+        // Under a debug session: the experts' token and weight rows, and dY before quantization.
+        let debug = saved.debug.as_ref().map(|d| {
+            let rows = (
+                ExpertsDebug::tokens(&saved.layout),
+                d.weights(&saved.weight_groups, &saved.layout),
+            );
+            (d, rows, dy.clone())
         });
         let qdy = match saved.grad_output.quantize(dy, &saved.layout.groups, usage) {
             Ok(q) => q,
@@ -361,7 +345,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
             }
         };
         if let Some((d, (tokens, _), dy)) = &debug {
-            let observed = d.observe(TensorKind::Gradient, dy, Some(&qdy), tokens);
+            let observed = d.layer.observe_experts(TensorKind::Gradient, dy, Some(&qdy), tokens);
             debug_or_warn(observed, "gradient statistics");
         }
         if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
@@ -385,7 +369,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                 zeros(saved.x_shape)
             });
             if let Some((d, (tokens, _), _)) = &debug {
-                let observed = d.observe::<Q>(TensorKind::Dgrad, &dx, None, tokens);
+                let observed = d.layer.observe_experts::<Q>(TensorKind::Dgrad, &dx, None, tokens);
                 debug_or_warn(observed, "dgrad statistics");
             }
             grads.register::<Q>(node.id, dx);
@@ -408,7 +392,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                     });
                     // (A weight gradient added to main_grad or deferred is not observed.)
                     if let Some((d, (_, weights), _)) = &debug {
-                        let observed = d.observe::<Q>(TensorKind::Wgrad, &dw, None, weights);
+                        let observed = d.layer.observe_experts::<Q>(TensorKind::Wgrad, &dw, None, weights);
                         debug_or_warn(observed, "wgrad statistics");
                     }
                     grads.register::<Q>(node.id, dw);

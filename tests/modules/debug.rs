@@ -228,16 +228,24 @@ pub fn check_grouped_observing_keeps_grouped_gemms<B: LowpBackend>(device: &B::D
     let m_splits = || Tensor::<AD<B>, 1, Int>::from_data(TensorData::new(splits.to_vec(), [4]), device);
     let x = Tensor::<AD<B>, 2>::random([128, 64], Distribution::Normal(0.0, 1.0), device);
     let g = Tensor::<AD<B>, 2>::random([128, 128], Distribution::Normal(0.0, 1.0), device);
+    let _turn = crate::grouped::turn();
     // Two iterations (the second applies the first's AutoswitchGemm samples); per iteration the
     // output, dX, dW, db and the weight quantizations of the forward.
-    let run = |config: Option<&str>, dir: &Path| {
+    let run = |config: Option<&str>, dir: &Path, observe_only: bool| {
         let s = config.map(|c| session(c, dir));
         let guard = s.as_ref().map(|s| s.install());
         let mut out = Vec::new();
-        for _ in 0..2 {
+        for it in 0..2 {
             let x = x.clone().require_grad();
             let before = layer.weight_quantizations();
+            let reads = burn_lowp::backend::host_syncs();
             let y = layer.forward(x.clone(), m_splits()).unwrap();
+            // Observing every expert reads no split size on the host (on device backends, whose
+            // splits' host copy is still on its way; NdArray's layouts come from the host).
+            if observe_only {
+                let reads = burn_lowp::backend::host_syncs().since(&reads).split_reads;
+                assert_eq!(reads, 0, "iteration {it}: an observing forward read the splits on the host");
+            }
             let quantizations = layer.weight_quantizations() - before;
             let grads = (y.clone() * g.clone()).sum().backward();
             let bias = layer.bias.as_ref().unwrap().grad(&grads).unwrap();
@@ -256,11 +264,12 @@ pub fn check_grouped_observing_keeps_grouped_gemms<B: LowpBackend>(device: &B::D
         out
     };
     let (plain_dir, grouped_dir, one_by_one_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let plain = run(None, plain_dir.path());
-    let grouped = run(Some(&OBSERVING.replace("EXTRA", "")), grouped_dir.path());
+    let plain = run(None, plain_dir.path(), false);
+    let grouped = run(Some(&OBSERVING.replace("EXTRA", "")), grouped_dir.path(), true);
     let one_by_one = run(
         Some(&OBSERVING.replace("EXTRA", r#", "PerTensorScaling": { "gemms": ["fprop"], "tensors": ["weight"] }"#)),
         one_by_one_dir.path(),
+        false,
     );
     for (it, ((p, pq), ((d, dq), (_, oq)))) in plain.iter().zip(grouped.iter().zip(&one_by_one)).enumerate() {
         assert_eq!((*pq, *dq, *oq), (1, 1, 3), "iteration {it}: weight quantizations (plain, observed, one by one)");

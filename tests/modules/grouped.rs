@@ -17,7 +17,7 @@ type AD<B> = Autodiff<B>;
 /// The host-sync counters are process-wide: grouped checks (the only split readers) take turns.
 static SPLIT_READERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn turn() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn turn() -> std::sync::MutexGuard<'static, ()> {
     SPLIT_READERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
