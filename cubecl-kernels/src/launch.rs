@@ -835,6 +835,17 @@ pub enum Fp8Scales {
     Block128x128,
 }
 
+impl Fp8Scales {
+    /// Storage rows one scale covers: 0 for one tensor scale, else 1 (1x128) or 128 (128x128).
+    fn rows_per_block(self) -> usize {
+        match self {
+            Fp8Scales::Tensor => 0,
+            Fp8Scales::Block1x128 => 1,
+            Fp8Scales::Block128x128 => 128,
+        }
+    }
+}
+
 /// Dequantizes FP8 codes (per-tensor or block) to f32 `[M, K]`. `transposed`: codes are `[K, M]`.
 pub fn dequantize_fp8<R: Runtime>(
     client: &ComputeClient<R>,
@@ -852,11 +863,7 @@ pub fn dequantize_fp8<R: Runtime>(
     } else {
         (rows, cols)
     };
-    let scale_rows_per_block = match scale_kind {
-        Fp8Scales::Tensor => 0,
-        Fp8Scales::Block1x128 => 1,
-        Fp8Scales::Block128x128 => 128,
-    };
+    let scale_rows_per_block = scale_kind.rows_per_block();
     let scale_words = match scale_kind {
         Fp8Scales::Tensor => 1,
         _ => (storage_rows / scale_rows_per_block) * (storage_cols / 128),
@@ -898,11 +905,7 @@ pub fn dequantize_fp8_grouped<R: Runtime>(
     transposed: bool,
 ) -> Handle {
     let n = rows * cols;
-    let scale_rows_per_block = match scale_kind {
-        Fp8Scales::Tensor => 0,
-        Fp8Scales::Block1x128 => 1,
-        Fp8Scales::Block128x128 => 128,
-    };
+    let scale_rows_per_block = scale_kind.rows_per_block();
     let scale_words = match scale_kind {
         Fp8Scales::Tensor => groups.count,
         // One per (rows per block x 128) elements, either direction (groups are 128-row chunks).
