@@ -1,8 +1,10 @@
 //! Tensor statistics for the precision debug tools, in one read of the tensor: each cube takes a
 //! 32x32 tile, each of its 32 units one row of the tile (one 1D block of 32 elements along the
-//! last dimension), and the cube writes the tile's partial statistics (`STAT_FIELDS` f32). The
-//! host reduces the tiles (`burn_lowp::debug::stats`, which also holds the reference this kernel
-//! is tested against).
+//! last dimension), and the cube writes the tile's partial statistics (`STAT_FIELDS` f32). A
+//! second launch folds the tiles into records of 128 rows x 2048 columns (`stats_records_kernel`),
+//! so that what the host reads and reduces is 256 times smaller than the tiles: a sampling step of
+//! the MoE example produced about 217 MB of tiles. The host reduces the records
+//! (`burn_lowp::debug::stats`, which also holds the reference these kernels are tested against).
 //!
 //! With the dequantized copy of the tensor (f32, same layout) it also counts underflows (non-zero
 //! inputs that quantize to zero) and sums the squared quantization error; with an overflow limit
@@ -194,6 +196,127 @@ pub fn stats_tiles(rows: usize, cols: usize) -> usize {
     rows.div_ceil(STATS_TILE) * cols.div_ceil(STATS_TILE)
 }
 
+/// Tile rows of a record: 128 rows, the grouped layouts' alignment, so that a record never holds
+/// two groups' rows (only a group's rows and padding rows, whose tiles fold nothing).
+pub const RECORD_TILE_ROWS: usize = 4;
+/// Tile columns of a record: 2048 columns, so that a record folds at most 2^18 elements and its
+/// counts stay exact in f32.
+pub const RECORD_TILE_COLS: usize = 64;
+
+/// Records of a `[rows, cols]` tensor's statistics (row-major over 128x2048 blocks).
+pub fn stats_records(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(STATS_TILE).div_ceil(RECORD_TILE_ROWS) * cols.div_ceil(STATS_TILE).div_ceil(RECORD_TILE_COLS)
+}
+
+/// Folds one tile's partials (at `t` in `tiles`) into a unit's record accumulators: sums and
+/// counts add, extremes and ranges take their max or min, the group its min (a tile of padding
+/// rows only names `groups`, past every real group).
+#[cube]
+fn fold_tile(tiles: &Array<f32>, t: usize, acc: &mut Array<f32>) {
+    acc[NONZERO] += tiles[t + NONZERO];
+    acc[SUM] += tiles[t + SUM];
+    acc[SUM_SQUARES] += tiles[t + SUM_SQUARES];
+    acc[ABS_SUM] += tiles[t + ABS_SUM];
+    acc[UNDERFLOWS] += tiles[t + UNDERFLOWS];
+    acc[SQUARED_ERROR] += tiles[t + SQUARED_ERROR];
+    acc[OVERFLOWS] += tiles[t + OVERFLOWS];
+    acc[ELEMENTS] += tiles[t + ELEMENTS];
+    // Comparisons, not fmin/fmax, so that the host's reference picks the same value.
+    if tiles[t + MIN] < acc[MIN] {
+        acc[MIN] = tiles[t + MIN];
+    }
+    if tiles[t + MIN_NONZERO_ABS] < acc[MIN_NONZERO_ABS] {
+        acc[MIN_NONZERO_ABS] = tiles[t + MIN_NONZERO_ABS];
+    }
+    if tiles[t + GROUP] < acc[GROUP] {
+        acc[GROUP] = tiles[t + GROUP];
+    }
+    if tiles[t + MAX] > acc[MAX] {
+        acc[MAX] = tiles[t + MAX];
+    }
+    if tiles[t + AMAX] > acc[AMAX] {
+        acc[AMAX] = tiles[t + AMAX];
+    }
+    if tiles[t + MAX_LN_RANGE_1D] > acc[MAX_LN_RANGE_1D] {
+        acc[MAX_LN_RANGE_1D] = tiles[t + MAX_LN_RANGE_1D];
+    }
+    if tiles[t + LN_RANGE_2D] > acc[LN_RANGE_2D] {
+        acc[LN_RANGE_2D] = tiles[t + LN_RANGE_2D];
+    }
+}
+
+/// Records (same fields as the tiles) of the `[tile_rows, tile_cols]` tiles of a statistics
+/// launch: one cube per record of up to `RECORD_TILE_ROWS x RECORD_TILE_COLS` tiles; unit u folds
+/// the record's tiles u, u + 32, ... (row-major within the record) in that order, then the cube
+/// sums the units' accumulators by the fixed tree of `cube_sum`. The host's reference
+/// (`burn_lowp::debug::stats::record_partials`) folds in the same order.
+#[cube(launch_unchecked)]
+pub fn stats_records_kernel(
+    tiles: &Array<f32>,
+    out: &mut Array<f32>,
+    tile_rows: usize,
+    tile_cols: usize,
+    records: usize,
+    infinity: f32,
+) {
+    let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
+    let mut acc = Array::<f32>::new(STAT_FIELDS);
+    for i in 0..STAT_FIELDS {
+        acc[i] = 0.0f32;
+    }
+    acc[MIN] = infinity;
+    acc[MAX] = -infinity;
+    acc[MIN_NONZERO_ABS] = infinity;
+    acc[GROUP] = infinity;
+    let record = CUBE_POS as usize;
+    // The record's tiles: rows [first_row, first_row + span_rows) x columns [first_col, + span_cols).
+    let mut span_rows = 0usize;
+    let mut span_cols = 1usize;
+    let mut first_row = 0usize;
+    let mut first_col = 0usize;
+    if record < records {
+        let record_cols = tile_cols.div_ceil(RECORD_TILE_COLS);
+        first_row = (record / record_cols) * RECORD_TILE_ROWS;
+        first_col = (record % record_cols) * RECORD_TILE_COLS;
+        span_rows = RECORD_TILE_ROWS;
+        if first_row + span_rows > tile_rows {
+            span_rows = tile_rows - first_row;
+        }
+        span_cols = RECORD_TILE_COLS;
+        if first_col + span_cols > tile_cols {
+            span_cols = tile_cols - first_col;
+        }
+    }
+    for i in range_stepped(UNIT_POS as usize, span_rows * span_cols, STATS_TILE) {
+        let tile = (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
+        fold_tile(tiles, tile * STAT_FIELDS, &mut acc);
+    }
+    let mut fields = Array::<f32>::new(STAT_FIELDS);
+    for i in 0..STAT_FIELDS {
+        fields[i] = 0.0f32;
+    }
+    fields[NONZERO] = cube_sum(acc[NONZERO], &mut scratch, STATS_TILE);
+    fields[SUM] = cube_sum(acc[SUM], &mut scratch, STATS_TILE);
+    fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], &mut scratch, STATS_TILE);
+    fields[ABS_SUM] = cube_sum(acc[ABS_SUM], &mut scratch, STATS_TILE);
+    fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], &mut scratch, STATS_TILE);
+    fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], &mut scratch, STATS_TILE);
+    fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], &mut scratch, STATS_TILE);
+    fields[ELEMENTS] = cube_sum(acc[ELEMENTS], &mut scratch, STATS_TILE);
+    fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch, STATS_TILE);
+    fields[MIN_NONZERO_ABS] = -cube_max_f32(-acc[MIN_NONZERO_ABS], &mut scratch, STATS_TILE);
+    fields[GROUP] = -cube_max_f32(-acc[GROUP], &mut scratch, STATS_TILE);
+    fields[MAX] = cube_max_f32(acc[MAX], &mut scratch, STATS_TILE);
+    fields[AMAX] = cube_max_f32(acc[AMAX], &mut scratch, STATS_TILE);
+    fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch, STATS_TILE);
+    fields[LN_RANGE_2D] = cube_max_f32(acc[LN_RANGE_2D], &mut scratch, STATS_TILE);
+    if record < records && UNIT_POS == 0 {
+        for i in 0..STAT_FIELDS {
+            out[record * STAT_FIELDS + i] = fields[i];
+        }
+    }
+}
+
 /// Row labels of a grouped statistics input: the i32 group of each row (`count` or more: left
 /// out).
 #[derive(Clone, Copy)]
@@ -202,9 +325,9 @@ pub struct RowLabels<'a> {
     pub count: usize,
 }
 
-/// The f32 `[tiles, STAT_FIELDS]` partial statistics of `x` (`cols` even); with `error`, the
-/// dequantized f32 copy of `x` (same layout) and the overflow limits (one f32, or one per group
-/// with `labels`).
+/// The f32 `[records, STAT_FIELDS]` partial statistics of `x` (`cols` even; `stats_records`):
+/// the tiles of one launch folded into records by a second; with `error`, the dequantized f32
+/// copy of `x` (same layout) and the overflow limits (one f32, or one per group with `labels`).
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
@@ -218,7 +341,7 @@ pub fn tensor_stats<R: Runtime>(
         });
     }
     let tiles = stats_tiles(x.rows, x.cols);
-    let out = client.empty(tiles * STAT_FIELDS * 4);
+    let tile_partials = client.empty(tiles * STAT_FIELDS * 4);
     let elements = x.rows * x.cols;
     let words = elements * x.kind.bytes() / 4;
     let dummy = client.empty(16);
@@ -240,7 +363,7 @@ pub fn tensor_stats<R: Runtime>(
             ArrayArg::from_raw_parts(dequantized, dq_len),
             ArrayArg::from_raw_parts(limit, if error.is_some() { groups } else { 1 }),
             ArrayArg::from_raw_parts(row_group, label_len),
-            ArrayArg::from_raw_parts(out.clone(), tiles * STAT_FIELDS),
+            ArrayArg::from_raw_parts(tile_partials.clone(), tiles * STAT_FIELDS),
             x.rows,
             x.cols,
             tiles,
@@ -249,6 +372,21 @@ pub fn tensor_stats<R: Runtime>(
             x.kind,
             error.is_some(),
             labels.is_some(),
+        )
+    };
+    let records = stats_records(x.rows, x.cols);
+    let out = client.empty(records * STAT_FIELDS * 4);
+    unsafe {
+        stats_records_kernel::launch_unchecked::<R>(
+            client,
+            cubecl::server::CubeCountSelection::new(client, records as u32).cube_count(),
+            CubeDim::new_1d(STATS_TILE as u32),
+            ArrayArg::from_raw_parts(tile_partials, tiles * STAT_FIELDS),
+            ArrayArg::from_raw_parts(out.clone(), records * STAT_FIELDS),
+            x.rows.div_ceil(STATS_TILE),
+            x.cols.div_ceil(STATS_TILE),
+            records,
+            f32::INFINITY,
         )
     };
     Ok(out)

@@ -1068,7 +1068,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             }),
         )
         .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
-        let len = kernels::stats::stats_tiles(rows, cols) * kernels::stats::STAT_FIELDS * 4;
+        let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
         Ok(bytes(&client, &x.device, handle, len))
     }
 

@@ -279,8 +279,8 @@ pub trait LowpBackend: Backend {
         })
     }
 
-    /// Per-tile partial statistics of `x` (viewed as `[rows, cols]`) for the debug tools: f32
-    /// `[tiles, STAT_FIELDS]` bytes (`debug::stats`). With `error = (dequantized, limit)` (an f32
+    /// Partial statistics of `x` (viewed as `[rows, cols]`) for the debug tools: f32
+    /// `[records, STAT_FIELDS]` bytes, one record per 128x2048 block (`debug::stats`). With `error = (dequantized, limit)` (an f32
     /// copy of `x` after quantization, same shape, and the f32 overflow limit: one element, or one
     /// per group with `labels`) the quantization terms too. With `labels` (`row_group`: the Int
     /// group of each row, `count` or more for rows to leave out) the tiles name their group, so
@@ -381,7 +381,7 @@ pub fn tensor_stats_on_host<B: LowpBackend>(
         }
         None => None,
     };
-    let partials = crate::debug::stats::tile_partials(
+    let tiles = crate::debug::stats::tile_partials(
         &values,
         rows,
         cols,
@@ -391,6 +391,7 @@ pub fn tensor_stats_on_host<B: LowpBackend>(
             count: *count,
         }),
     );
+    let partials = crate::debug::stats::record_partials(&tiles, rows, cols);
     let bytes = partials.iter().flat_map(|v| v.to_le_bytes()).collect();
     Ok(B::bytes_from_host(bytes, &device))
 }

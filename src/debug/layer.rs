@@ -370,8 +370,8 @@ impl LayerDebug {
 
     /// Reports `tensor` of every expert of this grouped layer (`<layer>.gemm_<g>`, TE's debug
     /// GroupedLinear): `x` and its grouped quantized form `quantized` hold the experts' rows as
-    /// `rows` says. Each statistic is one launch and one device read for all experts: the tiles
-    /// carry their expert, and the host splits them when it logs (the split sizes are not read
+    /// `rows` says. Each statistic is one pass and one device read for all experts: the records
+    /// (128-row blocks, within one expert) carry their expert, and the host splits them when it logs (the split sizes are not read
     /// here).
     pub fn observe_experts<Q: LowpBackend>(
         &self,
@@ -618,7 +618,7 @@ enum SplitState {
     Failed(String),
 }
 
-/// Expert `g`'s part of a read of grouped statistics: its tiles of the partials and its scales;
+/// Expert `g`'s part of a read of grouped statistics: its records of the partials and its scales;
 /// nothing for an expert that got no tokens (nothing is then logged for it, as when the experts
 /// run one by one). The first expert to ask splits the read for all of them in one pass.
 fn take_expert(shared: &Mutex<SplitState>, g: usize) -> Result<Vec<Vec<u8>>> {
@@ -648,12 +648,12 @@ fn take_expert(shared: &Mutex<SplitState>, g: usize) -> Result<Vec<Vec<u8>>> {
 fn split_per_expert(read: LaterRead, split: &ExpertSplit) -> Result<Vec<Vec<Vec<u8>>>> {
     let buffers = read()?;
     let tokens = split.tokens.get()?.groups;
-    let tiles = split_partials_by_group(&buffers[0], split.count);
+    let records = split_partials_by_group(&buffers[0], split.count);
     let groups = match split.scales.as_ref().map(|s| s.format) {
         Some(QuantFormat::Fp8Tensor { .. }) | None => None,
         Some(_) => Some(split.groups.get()?.groups),
     };
-    Ok(tiles
+    Ok(records
         .into_iter()
         .enumerate()
         .map(|(g, partials)| {

@@ -3,15 +3,17 @@
 //! `LogTensorStats`.
 //!
 //! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles,
-//! one 1x32 block per unit); `tile_partials` here is its reference, step for step in the same
-//! order (so sums, counts, minima and maxima agree; logarithms within the runtime's `ln`).
-//! `TensorStats` reduces the tiles in f64 and accumulates micro-batches by adding sums and counts
-//! (the same as TE's Welford merge, up to rounding).
+//! one 1x32 block per unit) and folds them into records of 128x2048 elements; `tile_partials` and
+//! `record_partials` here are its reference, step for step in the same order (so sums, counts,
+//! minima and maxima agree; logarithms within the runtime's `ln`). `TensorStats` reduces the
+//! records in f64 and accumulates micro-batches by adding sums and counts (the same as TE's
+//! Welford merge, up to rounding).
 
 use crate::error::{LowpError, Result};
 pub use burn_lowp_kernels::stats::{
-    ABS_SUM, AMAX, ELEMENTS, GROUP, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS,
-    NONZERO, OVERFLOWS, SQUARED_ERROR, STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
+    stats_records, ABS_SUM, AMAX, ELEMENTS, GROUP, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN,
+    MIN_NONZERO_ABS, NONZERO, OVERFLOWS, RECORD_TILE_COLS, RECORD_TILE_ROWS, SQUARED_ERROR,
+    STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
 };
 
 use super::config::{QuantizedStat, TensorStat};
@@ -180,6 +182,62 @@ pub fn tile_partials(
     out
 }
 
+/// The records the device folds `tiles` (`tile_partials` of a `[rows, cols]` tensor) into, in
+/// the kernel's order: per record of up to `RECORD_TILE_ROWS x RECORD_TILE_COLS` tiles, unit u of
+/// 32 folds the record's tiles u, u + 32, ... (row-major within the record), then the units'
+/// sums meet in `cube_sum`'s tree.
+pub fn record_partials(tiles: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const SUMS: [usize; 8] = [NONZERO, SUM, SUM_SQUARES, ABS_SUM, UNDERFLOWS, SQUARED_ERROR, OVERFLOWS, ELEMENTS];
+    const MINS: [usize; 3] = [MIN, MIN_NONZERO_ABS, GROUP];
+    const MAXES: [usize; 4] = [MAX, AMAX, MAX_LN_RANGE_1D, LN_RANGE_2D];
+    let (tile_rows, tile_cols) = (rows.div_ceil(STATS_TILE), cols.div_ceil(STATS_TILE));
+    let record_cols = tile_cols.div_ceil(RECORD_TILE_COLS);
+    let records = stats_records(rows, cols);
+    let mut out = vec![0.0f32; records * STAT_FIELDS];
+    for record in 0..records {
+        let first_row = (record / record_cols) * RECORD_TILE_ROWS;
+        let first_col = (record % record_cols) * RECORD_TILE_COLS;
+        let span_rows = RECORD_TILE_ROWS.min(tile_rows - first_row);
+        let span_cols = RECORD_TILE_COLS.min(tile_cols - first_col);
+        let mut units = [[0.0f32; STAT_FIELDS]; STATS_TILE];
+        for (u, acc) in units.iter_mut().enumerate() {
+            for f in [MIN, MIN_NONZERO_ABS, GROUP] {
+                acc[f] = f32::INFINITY;
+            }
+            acc[MAX] = f32::NEG_INFINITY;
+            for i in (u..span_rows * span_cols).step_by(STATS_TILE) {
+                let tile = (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
+                let t = &tiles[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS];
+                for f in SUMS {
+                    acc[f] += t[f];
+                }
+                for f in MINS {
+                    if t[f] < acc[f] {
+                        acc[f] = t[f];
+                    }
+                }
+                for f in MAXES {
+                    if t[f] > acc[f] {
+                        acc[f] = t[f];
+                    }
+                }
+            }
+        }
+        let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
+        let r = &mut out[record * STAT_FIELDS..(record + 1) * STAT_FIELDS];
+        for f in SUMS {
+            r[f] = tree_sum(&mut field(f));
+        }
+        for f in MINS {
+            r[f] = -tree_max(&field(f).map(|v| -v));
+        }
+        for f in MAXES {
+            r[f] = tree_max(&field(f));
+        }
+    }
+    out
+}
+
 /// f32 partials from their little-endian bytes.
 pub fn partials_from_bytes(bytes: &[u8]) -> Vec<f32> {
     bytes
@@ -188,8 +246,9 @@ pub fn partials_from_bytes(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// The little-endian bytes of a grouped tensor's partials split per group (`count` groups; tiles
-/// of padding rows only, whose group is `count`, belong to none), in one pass.
+/// The little-endian bytes of a grouped tensor's partials (tiles or records) split per group
+/// (`count` groups; those of padding rows only, whose group is `count`, belong to none), in one
+/// pass.
 pub fn split_partials_by_group(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
     let mut groups = vec![Vec::new(); count];
     for tile in bytes.chunks_exact(4 * STAT_FIELDS) {
@@ -222,8 +281,8 @@ pub struct TensorStats {
 }
 
 impl TensorStats {
-    /// Reduces f32 `[tiles, STAT_FIELDS]` partials (as little-endian bytes or values); the
-    /// element count is the tiles' `ELEMENTS`.
+    /// Reduces f32 `[n, STAT_FIELDS]` partials (tiles or records); the element count is their
+    /// `ELEMENTS`.
     pub fn from_partials(partials: &[f32]) -> TensorStats {
         let mut s = TensorStats {
             numel: 0,

@@ -1,9 +1,10 @@
 //! The debug tools' one-pass tensor statistics (`LowpBackend::lowp_tensor_stats`) on every
-//! backend: the per-tile partials equal the host reference (`debug::stats::tile_partials`) bit
-//! for bit in counts, minima and maxima, within f32 summation order elsewhere and the runtime's
-//! `ln` for the dynamic ranges; reduced, they equal statistics computed here in f64 from the
-//! values directly; with a quantized copy, underflows and squared error equal those of the
-//! reference quantizer's dequantized values, for every format.
+//! backend: the partials (tiles folded into 128x2048 records) equal the host reference
+//! (`debug::stats::tile_partials`, then `record_partials`) bit for bit in counts, minima and
+//! maxima, within f32 summation order elsewhere and the runtime's `ln` for the dynamic ranges;
+//! reduced, they equal statistics computed here in f64 from the values directly; with a
+//! quantized copy, underflows and squared error equal those of the reference quantizer's
+//! dequantized values, for every format.
 #![allow(dead_code)]
 
 use burn_lowp::backend::LowpBackend;
@@ -46,9 +47,14 @@ fn read_partials<B: LowpBackend>(bytes: &B::Bytes) -> Vec<f32> {
         .collect()
 }
 
+/// The records the device returns for `tiles` of a `[rows, cols]` tensor.
+fn records(tiles: Vec<f32>, rows: usize, cols: usize) -> Vec<f32> {
+    stats::record_partials(&tiles, rows, cols)
+}
+
 /// Exact fields bit for bit, sums within f32 reassociation, log ranges within `ln`'s error.
 fn assert_partials_match(got: &[f32], want: &[f32], context: &str) {
-    assert_eq!(got.len(), want.len(), "{context}: tiles");
+    assert_eq!(got.len(), want.len(), "{context}: records");
     for (t, (g, w)) in got.chunks_exact(STAT_FIELDS).zip(want.chunks_exact(STAT_FIELDS)).enumerate() {
         for f in 0..STAT_FIELDS {
             let (a, b) = (g[f], w[f]);
@@ -64,7 +70,7 @@ fn assert_partials_match(got: &[f32], want: &[f32], context: &str) {
                 // FMA contraction and the runtime's summation may differ from the host's order.
                 _ => (a - b).abs() <= 1e-5 * b.abs().max(1e-30) + 1e-30,
             };
-            assert!(ok, "{context}: tile {t} field {f}: {a} vs {b}");
+            assert!(ok, "{context}: record {t} field {f}: {a} vs {b}");
         }
     }
 }
@@ -95,12 +101,14 @@ fn close(got: f64, want: f64, rel: f64, what: &str) {
 
 pub fn check_tensor_stats<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     for &dtype in dtypes {
-        for (rows, cols, seed) in [(64, 64, 1), (70, 98, 2), (5, 34, 3)] {
+        // The last shape spans 3 x 2 records, the last of each row and column partial.
+        for (rows, cols, seed) in [(64, 64, 1), (70, 98, 2), (5, 34, 3), (260, 2180, 4)] {
             let m = values(rows, cols, dtype, seed);
             let context = format!("{dtype:?} [{rows}, {cols}]");
             let x = B::float_from_host(&m, device);
             let partials = read_partials::<B>(&B::lowp_tensor_stats(x, None, None).unwrap());
-            assert_partials_match(&partials, &stats::tile_partials(&m.values, rows, cols, None, None), &context);
+            assert_eq!(partials.len(), stats::stats_records(rows, cols) * STAT_FIELDS, "{context}: record count");
+            assert_partials_match(&partials, &records(stats::tile_partials(&m.values, rows, cols, None, None), rows, cols), &context);
 
             let s = TensorStats::from_partials(&partials);
             assert_eq!(s.numel, (rows * cols) as u64, "{context}: elements");
@@ -167,7 +175,7 @@ pub fn check_quantization_error_stats<B: LowpBackend>(device: &B::Device) {
             let partials = read_partials::<B>(&B::lowp_tensor_stats(x.clone(), Some((dq, limit)), None).unwrap());
             assert_partials_match(
                 &partials,
-                &stats::tile_partials(&m.values, rows, cols, Some((&reference, &[limit_value])), None),
+                &records(stats::tile_partials(&m.values, rows, cols, Some((&reference, &[limit_value])), None), rows, cols),
                 &context,
             );
             let s = TensorStats::from_partials(&partials);
@@ -236,7 +244,7 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
     let row_labels = stats::RowLabels { row_group: &labels, count };
     let grouped = B::lowp_tensor_stats(xt.clone(), None, Some((layout.row_group.clone(), count))).unwrap();
     let grouped = B::bytes_to_host(&grouped);
-    let reference = stats::tile_partials(&x.values, x.rows, cols, None, Some(row_labels));
+    let reference = records(stats::tile_partials(&x.values, x.rows, cols, None, Some(row_labels)), x.rows, cols);
     assert_partials_match(&stats::partials_from_bytes(&grouped), &reference, "grouped");
     for g in 0..count {
         check_group(&grouped, g, None, "grouped");
@@ -265,7 +273,7 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
             )
             .unwrap();
             let grouped = B::bytes_to_host(&grouped);
-            let reference = stats::tile_partials(&x.values, x.rows, cols, Some((&dq, &limits)), Some(row_labels));
+            let reference = records(stats::tile_partials(&x.values, x.rows, cols, Some((&dq, &limits)), Some(row_labels)), x.rows, cols);
             assert_partials_match(&stats::partials_from_bytes(&grouped), &reference, &context);
             for g in 0..count {
                 check_group(&grouped, g, Some(&dq), &context);
