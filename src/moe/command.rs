@@ -206,11 +206,12 @@ where
         );
         if let Some(wait) = summary.sync_wait_ms_per_step {
             println!(
-                "{name}: the host spent {:.1} ms per step in the step's code (forward {:.1}, backward {:.1}, optimizer {:.1}), then waited {:.1} ms for the GPU ({})",
+                "{name}: the host spent {:.1} ms per step in the step's code (forward {:.1}, backward {:.1}, optimizer {:.1}, debug log {:.1}), then waited {:.1} ms for the GPU ({})",
                 summary.host_ms_per_step,
                 summary.host_phase_ms_per_step.forward,
                 summary.host_phase_ms_per_step.backward,
                 summary.host_phase_ms_per_step.optimizer,
+                summary.host_phase_ms_per_step.debug_log,
                 wait,
                 if wait < 0.1 * summary.host_ms_per_step { "host-bound" } else { "the GPU takes longer than the host" }
             );

@@ -119,6 +119,10 @@ pub struct HostPhases {
     pub forward: f64,
     pub backward: f64,
     pub optimizer: f64,
+    /// With a debug config: the debug session's end of step (reading, reducing and logging the
+    /// statistics of the last sampling step).
+    #[serde(default)]
+    pub debug_log: f64,
 }
 
 /// Host seconds of each phase, one entry per call.
@@ -127,6 +131,7 @@ struct PhaseTimes {
     forward: Vec<f64>,
     backward: Vec<f64>,
     optimizer: Vec<f64>,
+    debug_log: Vec<f64>,
 }
 
 /// Mean of `v[skip..]` in milliseconds (of all of `v` when nothing is left after `skip`).
@@ -291,7 +296,9 @@ where
         model = optim.step(lr, model, accumulator.grads());
         phases.optimizer.push(phase.elapsed().as_secs_f64());
         if let Some(session) = &debug {
+            let phase = Instant::now();
             session.step()?;
+            phases.debug_log.push(phase.elapsed().as_secs_f64());
         }
         pending.push((step, lr, step_loss.expect("loss"), step_aux.expect("aux")));
         step_host.push(step_start.elapsed().as_secs_f64());
@@ -395,6 +402,7 @@ where
             forward: micro as f64 * mean_ms_from(&phases.forward, skipped * micro),
             backward: micro as f64 * mean_ms_from(&phases.backward, skipped * micro),
             optimizer: mean_ms_from(&phases.optimizer, skipped),
+            debug_log: mean_ms_from(&phases.debug_log, skipped),
         },
         sync_wait_ms_per_step: run.sync_every_step.then(|| mean_ms(&step_wait)),
     })
