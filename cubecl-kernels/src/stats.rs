@@ -100,6 +100,51 @@ fn fold_error(v: f32, d: f32, limit: f32, infinity: f32, acc: &mut Array<f32>) {
     }
 }
 
+/// A unit's empty accumulators: every field at the identity of its fold (0 for sums and for the
+/// maxima of non-negative values, +inf for minima, -inf for `MAX`).
+#[cube]
+fn empty_fields(acc: &mut Array<f32>, infinity: f32) {
+    for i in 0..STAT_FIELDS {
+        acc[i] = 0.0f32;
+    }
+    acc[MIN] = infinity;
+    acc[MAX] = -infinity;
+    acc[MIN_NONZERO_ABS] = infinity;
+    acc[GROUP] = infinity;
+}
+
+/// Every unit's accumulators folded over the cube into `fields` (for every unit): sums and counts
+/// by `cube_sum`'s fixed tree, extremes, ranges and the group by max or min. The error terms only
+/// `with_error` (else they are zero).
+#[cube]
+fn cube_fold_fields(
+    acc: &Array<f32>,
+    fields: &mut Array<f32>,
+    scratch: &mut SharedMemory<f32>,
+    #[comptime] with_error: bool,
+) {
+    for i in 0..STAT_FIELDS {
+        fields[i] = 0.0f32;
+    }
+    fields[NONZERO] = cube_sum(acc[NONZERO], scratch, STATS_TILE);
+    fields[SUM] = cube_sum(acc[SUM], scratch, STATS_TILE);
+    fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], scratch, STATS_TILE);
+    fields[ABS_SUM] = cube_sum(acc[ABS_SUM], scratch, STATS_TILE);
+    fields[ELEMENTS] = cube_sum(acc[ELEMENTS], scratch, STATS_TILE);
+    if comptime![with_error] {
+        fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], scratch, STATS_TILE);
+        fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], scratch, STATS_TILE);
+        fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], scratch, STATS_TILE);
+    }
+    fields[MIN] = -cube_max_f32(-acc[MIN], scratch, STATS_TILE);
+    fields[MIN_NONZERO_ABS] = -cube_max_f32(-acc[MIN_NONZERO_ABS], scratch, STATS_TILE);
+    fields[GROUP] = -cube_max_f32(-acc[GROUP], scratch, STATS_TILE);
+    fields[MAX] = cube_max_f32(acc[MAX], scratch, STATS_TILE);
+    fields[AMAX] = cube_max_f32(acc[AMAX], scratch, STATS_TILE);
+    fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], scratch, STATS_TILE);
+    fields[LN_RANGE_2D] = cube_max_f32(acc[LN_RANGE_2D], scratch, STATS_TILE);
+}
+
 /// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
 /// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out) and
 /// `limit` holds one overflow limit per group; without, every row is group 0.
@@ -123,12 +168,7 @@ pub fn tensor_stats_kernel(
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
-    for i in 0..STAT_FIELDS {
-        acc[i] = 0.0f32;
-    }
-    acc[MIN] = infinity;
-    acc[MAX] = -infinity;
-    acc[MIN_NONZERO_ABS] = infinity;
+    empty_fields(&mut acc, infinity);
     let tile = CUBE_POS as usize;
     let tile_cols = cols.div_ceil(STATS_TILE);
     let row = (tile / tile_cols) * STATS_TILE + UNIT_POS as usize;
@@ -159,31 +199,13 @@ pub fn tensor_stats_kernel(
             }
         }
     }
-    let block_amax = acc[AMAX];
-    let block_min = acc[MIN_NONZERO_ABS];
-    acc[MAX_LN_RANGE_1D] = ln_range(block_amax, block_min);
+    // The row's 1D block range; the tile's 2D range from the folded extremes below. Every
+    // folding row of a tile has the same group (groups are 128-row aligned): the minimum.
+    acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
+    acc[GROUP] = f32::cast_from(group);
     let mut tile_fields = Array::<f32>::new(STAT_FIELDS);
-    for i in 0..STAT_FIELDS {
-        tile_fields[i] = 0.0f32;
-    }
-    tile_fields[NONZERO] = cube_sum(acc[NONZERO], &mut scratch, STATS_TILE);
-    tile_fields[SUM] = cube_sum(acc[SUM], &mut scratch, STATS_TILE);
-    tile_fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], &mut scratch, STATS_TILE);
-    tile_fields[ABS_SUM] = cube_sum(acc[ABS_SUM], &mut scratch, STATS_TILE);
-    tile_fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch, STATS_TILE);
-    tile_fields[MAX] = cube_max_f32(acc[MAX], &mut scratch, STATS_TILE);
-    tile_fields[AMAX] = cube_max_f32(block_amax, &mut scratch, STATS_TILE);
-    tile_fields[MIN_NONZERO_ABS] = -cube_max_f32(-block_min, &mut scratch, STATS_TILE);
-    tile_fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch, STATS_TILE);
+    cube_fold_fields(&acc, &mut tile_fields, &mut scratch, with_error);
     tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
-    // Every folding row of a tile has the same group (groups are 128-row aligned): the minimum.
-    tile_fields[GROUP] = -cube_max_f32(-f32::cast_from(group), &mut scratch, STATS_TILE);
-    tile_fields[ELEMENTS] = cube_sum(acc[ELEMENTS], &mut scratch, STATS_TILE);
-    if comptime![with_error] {
-        tile_fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], &mut scratch, STATS_TILE);
-        tile_fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], &mut scratch, STATS_TILE);
-        tile_fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], &mut scratch, STATS_TILE);
-    }
     if tile < tiles && UNIT_POS == 0 {
         for i in 0..STAT_FIELDS {
             out[tile * STAT_FIELDS + i] = tile_fields[i];
@@ -261,13 +283,7 @@ pub fn stats_records_kernel(
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
-    for i in 0..STAT_FIELDS {
-        acc[i] = 0.0f32;
-    }
-    acc[MIN] = infinity;
-    acc[MAX] = -infinity;
-    acc[MIN_NONZERO_ABS] = infinity;
-    acc[GROUP] = infinity;
+    empty_fields(&mut acc, infinity);
     let record = CUBE_POS as usize;
     // The record's tiles: rows [first_row, first_row + span_rows) x columns [first_col, + span_cols).
     let mut span_rows = 0usize;
@@ -292,24 +308,7 @@ pub fn stats_records_kernel(
         fold_tile(tiles, tile * STAT_FIELDS, &mut acc);
     }
     let mut fields = Array::<f32>::new(STAT_FIELDS);
-    for i in 0..STAT_FIELDS {
-        fields[i] = 0.0f32;
-    }
-    fields[NONZERO] = cube_sum(acc[NONZERO], &mut scratch, STATS_TILE);
-    fields[SUM] = cube_sum(acc[SUM], &mut scratch, STATS_TILE);
-    fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], &mut scratch, STATS_TILE);
-    fields[ABS_SUM] = cube_sum(acc[ABS_SUM], &mut scratch, STATS_TILE);
-    fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], &mut scratch, STATS_TILE);
-    fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], &mut scratch, STATS_TILE);
-    fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], &mut scratch, STATS_TILE);
-    fields[ELEMENTS] = cube_sum(acc[ELEMENTS], &mut scratch, STATS_TILE);
-    fields[MIN] = -cube_max_f32(-acc[MIN], &mut scratch, STATS_TILE);
-    fields[MIN_NONZERO_ABS] = -cube_max_f32(-acc[MIN_NONZERO_ABS], &mut scratch, STATS_TILE);
-    fields[GROUP] = -cube_max_f32(-acc[GROUP], &mut scratch, STATS_TILE);
-    fields[MAX] = cube_max_f32(acc[MAX], &mut scratch, STATS_TILE);
-    fields[AMAX] = cube_max_f32(acc[AMAX], &mut scratch, STATS_TILE);
-    fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], &mut scratch, STATS_TILE);
-    fields[LN_RANGE_2D] = cube_max_f32(acc[LN_RANGE_2D], &mut scratch, STATS_TILE);
+    cube_fold_fields(&acc, &mut fields, &mut scratch, true);
     if record < records && UNIT_POS == 0 {
         for i in 0..STAT_FIELDS {
             out[record * STAT_FIELDS + i] = fields[i];

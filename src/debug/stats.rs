@@ -81,6 +81,37 @@ fn tree_max(values: &[f32; STATS_TILE]) -> f32 {
     values.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
+/// Fields folded by sum, by min and by max (as the kernels' `cube_fold_fields`).
+const SUM_FIELDS: [usize; 8] = [NONZERO, SUM, SUM_SQUARES, ABS_SUM, UNDERFLOWS, SQUARED_ERROR, OVERFLOWS, ELEMENTS];
+const MIN_FIELDS: [usize; 3] = [MIN, MIN_NONZERO_ABS, GROUP];
+const MAX_FIELDS: [usize; 4] = [MAX, AMAX, MAX_LN_RANGE_1D, LN_RANGE_2D];
+
+/// A unit's empty accumulators (the kernels' `empty_fields`).
+fn empty_unit() -> [f32; STAT_FIELDS] {
+    let mut acc = [0.0f32; STAT_FIELDS];
+    for f in MIN_FIELDS {
+        acc[f] = f32::INFINITY;
+    }
+    acc[MAX] = f32::NEG_INFINITY;
+    acc
+}
+
+/// The cube's fold of its units' accumulators (the kernels' `cube_fold_fields`).
+fn fold_units(units: &[[f32; STAT_FIELDS]; STATS_TILE]) -> [f32; STAT_FIELDS] {
+    let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
+    let mut out = [0.0f32; STAT_FIELDS];
+    for f in SUM_FIELDS {
+        out[f] = tree_sum(&mut field(f));
+    }
+    for f in MIN_FIELDS {
+        out[f] = -tree_max(&field(f).map(|v| -v));
+    }
+    for f in MAX_FIELDS {
+        out[f] = tree_max(&field(f));
+    }
+    out
+}
+
 /// The groups of a grouped statistics input: the group of each row (`count` or more: a padding
 /// row, left out).
 #[derive(Debug, Clone, Copy)]
@@ -107,11 +138,8 @@ pub fn tile_partials(
     for tile in 0..tiles {
         let first = (tile % tile_cols) * STATS_TILE;
         let end = (first + STATS_TILE).min(cols);
-        let mut units = [[0.0f32; STAT_FIELDS]; STATS_TILE];
+        let mut units = [empty_unit(); STATS_TILE];
         for (u, acc) in units.iter_mut().enumerate() {
-            acc[MIN] = f32::INFINITY;
-            acc[MAX] = f32::NEG_INFINITY;
-            acc[MIN_NONZERO_ABS] = f32::INFINITY;
             let row = (tile / tile_cols) * STATS_TILE + u;
             let group = match (row < rows, labels) {
                 (false, _) => groups,
@@ -160,24 +188,9 @@ pub fn tile_partials(
             }
             acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
         }
-        let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
-        let t = &mut out[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS];
-        for f in [NONZERO, SUM, SUM_SQUARES, ABS_SUM] {
-            t[f] = tree_sum(&mut field(f));
-        }
-        t[MIN] = -tree_max(&field(MIN).map(|v| -v));
-        t[MAX] = tree_max(&field(MAX));
-        t[AMAX] = tree_max(&field(AMAX));
-        t[MIN_NONZERO_ABS] = -tree_max(&field(MIN_NONZERO_ABS).map(|v| -v));
-        t[MAX_LN_RANGE_1D] = tree_max(&field(MAX_LN_RANGE_1D));
+        let mut t = fold_units(&units);
         t[LN_RANGE_2D] = ln_range(t[AMAX], t[MIN_NONZERO_ABS]);
-        t[GROUP] = -tree_max(&field(GROUP).map(|v| -v));
-        t[ELEMENTS] = tree_sum(&mut field(ELEMENTS));
-        if error.is_some() {
-            for f in [UNDERFLOWS, SQUARED_ERROR, OVERFLOWS] {
-                t[f] = tree_sum(&mut field(f));
-            }
-        }
+        out[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS].copy_from_slice(&t);
     }
     out
 }
@@ -187,9 +200,6 @@ pub fn tile_partials(
 /// 32 folds the record's tiles u, u + 32, ... (row-major within the record), then the units'
 /// sums meet in `cube_sum`'s tree.
 pub fn record_partials(tiles: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    const SUMS: [usize; 8] = [NONZERO, SUM, SUM_SQUARES, ABS_SUM, UNDERFLOWS, SQUARED_ERROR, OVERFLOWS, ELEMENTS];
-    const MINS: [usize; 3] = [MIN, MIN_NONZERO_ABS, GROUP];
-    const MAXES: [usize; 4] = [MAX, AMAX, MAX_LN_RANGE_1D, LN_RANGE_2D];
     let (tile_rows, tile_cols) = (rows.div_ceil(STATS_TILE), cols.div_ceil(STATS_TILE));
     let record_cols = tile_cols.div_ceil(RECORD_TILE_COLS);
     let records = stats_records(rows, cols);
@@ -199,41 +209,27 @@ pub fn record_partials(tiles: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         let first_col = (record % record_cols) * RECORD_TILE_COLS;
         let span_rows = RECORD_TILE_ROWS.min(tile_rows - first_row);
         let span_cols = RECORD_TILE_COLS.min(tile_cols - first_col);
-        let mut units = [[0.0f32; STAT_FIELDS]; STATS_TILE];
+        let mut units = [empty_unit(); STATS_TILE];
         for (u, acc) in units.iter_mut().enumerate() {
-            for f in [MIN, MIN_NONZERO_ABS, GROUP] {
-                acc[f] = f32::INFINITY;
-            }
-            acc[MAX] = f32::NEG_INFINITY;
             for i in (u..span_rows * span_cols).step_by(STATS_TILE) {
                 let tile = (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
                 let t = &tiles[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS];
-                for f in SUMS {
+                for f in SUM_FIELDS {
                     acc[f] += t[f];
                 }
-                for f in MINS {
+                for f in MIN_FIELDS {
                     if t[f] < acc[f] {
                         acc[f] = t[f];
                     }
                 }
-                for f in MAXES {
+                for f in MAX_FIELDS {
                     if t[f] > acc[f] {
                         acc[f] = t[f];
                     }
                 }
             }
         }
-        let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
-        let r = &mut out[record * STAT_FIELDS..(record + 1) * STAT_FIELDS];
-        for f in SUMS {
-            r[f] = tree_sum(&mut field(f));
-        }
-        for f in MINS {
-            r[f] = -tree_max(&field(f).map(|v| -v));
-        }
-        for f in MAXES {
-            r[f] = tree_max(&field(f));
-        }
+        out[record * STAT_FIELDS..(record + 1) * STAT_FIELDS].copy_from_slice(&fold_units(&units));
     }
     out
 }
@@ -261,7 +257,7 @@ pub fn split_partials_by_group(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
     groups
 }
 
-/// Statistics of one tensor (accumulated over micro-batches), reduced from tile partials.
+/// Statistics of one tensor (accumulated over micro-batches), reduced from its partials.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TensorStats {
     pub numel: u64,
