@@ -355,3 +355,25 @@ fn the_moe_train_command_takes_a_debug_config() {
     let err = run::<AD>(&args, &Default::default(), None).unwrap_err().to_string();
     assert!(err.contains("debug.json") && err.contains("freq"), "{err}");
 }
+
+/// The shipped debug configs load, and `moe-same-iteration.json` is `moe.json` with AutoswitchGemm
+/// deciding in the same iteration (the README measures one against the other).
+#[test]
+fn the_shipped_debug_configs_differ_only_in_switch_timing() {
+    use burn_lowp::debug::config::SwitchTiming;
+    use burn_lowp::debug::DebugConfig;
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/configs/debug"));
+    let next = DebugConfig::load(dir.join("moe.json")).unwrap();
+    let mut same = DebugConfig::load(dir.join("moe-same-iteration.json")).unwrap();
+    let timings = |c: &DebugConfig| -> Vec<SwitchTiming> {
+        c.sections.values().filter_map(|s| s.features.autoswitch_gemm.as_ref().map(|a| a.timing)).collect()
+    };
+    assert_eq!(timings(&next), vec![SwitchTiming::NextSample; 2]);
+    assert_eq!(timings(&same), vec![SwitchTiming::SameIteration; 2]);
+    for section in same.sections.values_mut() {
+        if let Some(a) = section.features.autoswitch_gemm.as_mut() {
+            a.timing = SwitchTiming::NextSample;
+        }
+    }
+    assert_eq!(same, next);
+}
