@@ -41,6 +41,7 @@ pub mod row_gather;
 pub mod rope;
 pub mod row_scale;
 pub mod scale;
+pub mod softmax;
 pub mod stats;
 pub mod stream_flags;
 pub mod swizzle;

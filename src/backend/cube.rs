@@ -1111,6 +1111,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::rope(x, freq, positions, inverse)
     }
 
+    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
+        super::cube_norm_act::causal_softmax(x, None, scale)
+    }
+
+    fn lowp_causal_softmax_backward(
+        p: FloatTensor<Self>,
+        dp: FloatTensor<Self>,
+        scale: f32,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_norm_act::causal_softmax(p, Some(dp), scale)
+    }
+
     fn lowp_activation_backward(
         dy: FloatTensor<Self>,
         h: FloatTensor<Self>,

@@ -283,3 +283,47 @@ pub(super) fn rope<R: CubeRuntime>(
     .map_err(kernel_error("RoPE input"))?;
     Ok(like(&x, y, [rows, head]))
 }
+
+/// Attention's causal softmax (`ops/softmax_op.rs`) of scores `x [rows, seq]`, or with
+/// `backward = Some(dp)` its gradient from the softmax output `x` = p: one kernel each. An odd
+/// `seq` (the kernels read pairs) takes the Burn-op reference.
+pub(super) fn causal_softmax<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    backward: Option<CubeTensor<R>>,
+    scale: f32,
+) -> Result<CubeTensor<R>> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    let (rows, seq) = crate::ops::softmax_op::check_scores::<B<R>>(&x)?;
+    if rows == 0 {
+        return Ok(x);
+    }
+    if seq % 2 != 0 {
+        return match backward {
+            None => crate::ops::softmax_op::causal_softmax_reference::<B<R>>(x, scale),
+            Some(dp) => crate::ops::softmax_op::causal_softmax_backward_reference::<B<R>>(x, dp, scale),
+        };
+    }
+    let kind = elem_kind(x.dtype, "attention scores")?;
+    let x = prepare(x);
+    let client = x.client.clone();
+    let matrix = WordMatrix {
+        handle: &x.handle,
+        rows,
+        cols: seq,
+        kind,
+    };
+    let y = match backward {
+        None => kernels::softmax::causal_softmax(&client, matrix, scale),
+        Some(dp) => {
+            let dp = if dp.dtype == x.dtype {
+                dp
+            } else {
+                B::<R>::float_cast(dp, crate::ops::linear::gemm_dtype(x.dtype))
+            };
+            let dp = prepare(dp);
+            kernels::softmax::causal_softmax_backward(&client, matrix, &dp.handle, scale)
+        }
+    }
+    .map_err(kernel_error("attention scores"))?;
+    Ok(like(&x, y, [rows, seq]))
+}

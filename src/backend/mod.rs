@@ -336,6 +336,23 @@ pub trait LowpBackend: Backend {
         crate::ops::rope_op::rope_reference::<Self>(x, freq, positions, inverse)
     }
 
+    /// Attention's causal softmax of `scale · x` for scores `x [rows, seq]`, whole `[seq, seq]`
+    /// blocks of query rows (`ops/softmax_op.rs`). The default runs the formula with Burn ops in
+    /// f32; CubeCL backends run one kernel.
+    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
+        crate::ops::softmax_op::causal_softmax_reference::<Self>(x, scale)
+    }
+
+    /// The gradient of `lowp_causal_softmax` with respect to its scores, from its output `p` and
+    /// the output's gradient `dp`: `scale · p · (dp - Σ p · dp)` per row.
+    fn lowp_causal_softmax_backward(
+        p: FloatTensor<Self>,
+        dp: FloatTensor<Self>,
+        scale: f32,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::softmax_op::causal_softmax_backward_reference::<Self>(p, dp, scale)
+    }
+
     /// The path `lowp_gemm` takes for these operands.
     fn gemm_path(
         _kind: GemmKind,

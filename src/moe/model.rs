@@ -5,7 +5,8 @@
 //!
 //! GEMM names, which recipes match: `layers.<i>.attention.qkv`, `layers.<i>.attention.proj`,
 //! `layers.<i>.moe.experts.fc1` / `.fc2`, `layers.<i>.moe.shared.fc1` / `.fc2`, `lm_head`.
-//! The router, the embedding, the norms and attention's softmax run in the backend's precision.
+//! The router, the embedding and the norms run in the backend's precision; attention's causal
+//! softmax computes in f32 and rounds to it once (`nn::fused::causal_attention`).
 
 use burn::config::Config;
 use burn::module::Module;
@@ -15,8 +16,6 @@ use burn::nn::{
 };
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, Int, Tensor};
 
 use super::layer::{MoeLayer, MoeLayerConfig};
@@ -241,17 +240,9 @@ impl<B: LowpLinear> CausalSelfAttention<B> {
         let q = fused::rope(rope, qkv.clone().narrow(1, 0, heads))?;
         let k = fused::rope(rope, qkv.clone().narrow(1, heads, heads))?;
         let v = qkv.narrow(1, 2 * heads, heads);
-        // The scale is the default 1/sqrt(head), given explicitly: that keeps Burn on its
-        // decomposed attention (matmul, softmax, matmul) on every backend. Autodiff always takes
-        // that path; without the explicit scale, evaluation on CubeCL backends would autotune
-        // Burn 0.21's flash-attention kernels, which faulted with an illegal address on an H100
-        // (bf16, head 64), and would round differently from training.
-        let options = AttentionModuleOptions {
-            scale: Some((head as f64).sqrt().recip()),
-            softcap: None,
-            is_causal: true,
-        };
-        let context = attention(q, k, v, None, None, options)
+        // Burn's matmuls around one causal-softmax kernel each way (Autodiff would run Burn's
+        // decomposed attention: about fifteen launches forward and their gradients backward).
+        let context = fused::causal_attention(q, k, v, None)?
             .swap_dims(1, 2)
             .reshape([tokens, hidden]);
         self.proj.forward_microbatch(context, is_first_microbatch)

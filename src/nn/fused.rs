@@ -7,13 +7,14 @@
 //! ```text
 //! let h = burn_lowp::nn::fused::rms_norm(&self.norm, x)?; // instead of self.norm.forward(x)
 //! let a = burn_lowp::nn::fused::swiglu(h)?; // silu(h[:, :F]) * h[:, F:]
+//! let o = burn_lowp::nn::fused::causal_attention(q, k, v, None)?; // attention(.., is_causal)
 //! ```
 
 use burn::nn::{RmsNorm, RotaryEncoding};
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::backend::norm_act::NormSpec;
-use crate::error::Result;
+use crate::error::{LowpError, Result};
 use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear, RopePositions};
 
 /// `norm.forward(x)` for Burn's `RmsNorm` on `x [rows, d_model]`: `x / rms(x) · γ`, the mean of
@@ -63,4 +64,32 @@ pub fn rope<B: LowpLinear>(rope: &RotaryEncoding<B>, x: Tensor<B, 4>) -> Result<
     )?;
     let y: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(y));
     Ok(y.reshape([batch, heads, seq, head]))
+}
+
+/// Causal self-attention of `q, k, v [batch, heads, seq, head]` as Burn's
+/// `module::attention(q, k, v, None, None, AttentionModuleOptions { is_causal: true, .. })`
+/// computes it for training (Autodiff runs Burn's decomposed fallback): `softmax(scale · q·kᵀ)
+/// masked to the keys at or before each query, times v`, with `scale` defaulting to
+/// `1/sqrt(head)`. The two matmuls stay Burn's; the scale, mask and softmax are one kernel
+/// forward and one backward (`ops/softmax_op.rs`) instead of about fifteen launches forward and
+/// their gradients backward. The softmax is f32, rounded to the scores' dtype once.
+pub fn causal_attention<B: LowpLinear>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    scale: Option<f64>,
+) -> Result<Tensor<B, 4>> {
+    let [batch, heads, seq, head] = q.dims();
+    if k.dims() != q.dims() || v.dims()[..3] != q.dims()[..3] {
+        return Err(LowpError::shape(
+            "causal attention",
+            format!("q {:?}, k {:?}, v {:?}", q.dims(), k.dims(), v.dims()),
+            "self-attention takes q and k of one shape [batch, heads, seq, head] and v [batch, heads, seq, head_v]",
+        ));
+    }
+    let scale = scale.unwrap_or(1.0 / (head as f64).sqrt()) as f32;
+    let scores = q.matmul(k.swap_dims(2, 3)).reshape([batch * heads * seq, seq]);
+    let p = B::lowp_causal_softmax(scores.into_primitive().tensor(), scale)?;
+    let p: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(p));
+    Ok(p.reshape([batch, heads, seq, seq]).matmul(v))
 }

@@ -233,6 +233,15 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
+    /// Attention's causal softmax of `scale · x` for scores `x [rows, seq]` (whole `[seq, seq]`
+    /// blocks of query rows), one pass each way (`ops/softmax_op.rs`).
+    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::softmax_op::causal_softmax_rows::<Self::Quant>(
+            Self::to_quant(x),
+            scale,
+        )?))
+    }
+
     /// An activation (`ops::activation`) of the rows of `h`, one pass each way
     /// (`ops/activation_op.rs`).
     fn lowp_activation_rows(
@@ -662,6 +671,10 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         positions: super::RopePositions,
     ) -> Result<FloatTensor<Self>> {
         super::rope_op::rope_rows_autodiff::<B, C>(x, freq, positions)
+    }
+
+    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
+        super::softmax_op::causal_softmax_rows_autodiff::<B, C>(x, scale)
     }
 
     fn lowp_linear(

@@ -8,6 +8,7 @@ pub mod layernorm_mlp;
 pub mod linear;
 pub mod norm_op;
 pub mod rope_op;
+pub mod softmax_op;
 pub mod row_broadcast;
 pub mod row_reduce;
 

@@ -1,8 +1,9 @@
 //! The fused training pieces on every backend: the AdamW step (`LowpBackend::lowp_adamw_step`,
 //! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
-//! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, and the
-//! fused RoPE against Burn's `RotaryEncoding`.
+//! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, the
+//! fused RoPE against Burn's `RotaryEncoding`, and the fused causal attention against Burn's
+//! `module::attention`.
 //!
 //! Tolerances: on NdArray the default bodies are Burn's own ops, so those comparisons are exact.
 //! The kernels compute the same f32 operations in the same order, but GPU compilers may contract
@@ -283,6 +284,93 @@ pub fn check_rope_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) 
     assert!(fused::rope(&rope, tensor(35, [1, 1, max_seq + 1, head])).is_err());
 }
 
+/// `nn::fused::causal_attention` on `Autodiff<B>` against Burn's `module::attention` with
+/// `is_causal` (values and the gradients of q, k and v; seq 12 runs the kernels, seq 7 the
+/// reference), the backend's causal softmax and its gradient against the Burn-op reference (f32,
+/// and on bf16 scores within one bf16 rounding where the suite runs bf16: lavapipe has no bf16
+/// casts for the reference), the softmax rows summing to 1 over the keys a
+/// query sees and 0 past them, and mismatched shapes as errors.
+pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], exact: bool) {
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
+    use burn_lowp::ops::softmax_op::{causal_softmax_backward_reference, causal_softmax_reference};
+    type A<B> = Autodiff<B>;
+    let f32s = InputDtype::F32;
+    let read = |t: Tensor<B, 4>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    for seq in [12, 7] {
+        let (batch, heads, head) = (2, 3, 8);
+        let tensor = |seed: u64| {
+            let shape = [batch, heads, seq, head];
+            let n = shape.iter().product();
+            Tensor::<A<B>, 4>::from_data(TensorData::new(values(n, seed, 1.0, f32s), shape), device)
+        };
+        let (q, k, v, w) = (tensor(41).require_grad(), tensor(42).require_grad(), tensor(43).require_grad(), tensor(44));
+        let y = fused::causal_attention(q.clone(), k.clone(), v.clone(), None).unwrap();
+        let grads = (y.clone() * w.clone()).sum().backward();
+        let (qr, kr, vr) = (
+            q.clone().detach().require_grad(),
+            k.clone().detach().require_grad(),
+            v.clone().detach().require_grad(),
+        );
+        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
+        let y_ref = attention(qr.clone(), kr.clone(), vr.clone(), None, None, options);
+        let grads_ref = (y_ref.clone() * w).sum().backward();
+        // NdArray: the same f32 formula in a different order (Burn clamps the max and the sum);
+        // GPUs: Burn's matmuls run in TF32 on CUDA, as in the RoPE test.
+        let (rel, abs) = if exact { (1e-5, 1e-6) } else { (2e-3, 2e-3) };
+        let context = format!("seq {seq}");
+        assert_close(&read(y.inner()), &read(y_ref.inner()), rel, abs, &format!("{context}: attention output"));
+        for (name, (t, r)) in [("dq", (&q, &qr)), ("dk", (&k, &kr)), ("dv", (&v, &vr))] {
+            let got = read(t.grad(&grads).unwrap());
+            let want = read(r.grad(&grads_ref).unwrap());
+            assert_close(&got, &want, rel, abs, &format!("{context}: {name}"));
+        }
+    }
+
+    // The backend op against the reference, on f32 and bf16 scores of 4 blocks of seq 16.
+    let (seq, rows, scale) = (16, 64, 0.3f32);
+    let read2 = |t: FloatTensor<B>| {
+        Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+            .into_data()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .unwrap()
+    };
+    for &dtype in dtypes {
+        let x = HostMatrix::new("scores", rows, seq, dtype, values(rows * seq, 45, 3.0, dtype)).unwrap();
+        let dp = HostMatrix::new("dp", rows, seq, dtype, values(rows * seq, 46, 1.0, dtype)).unwrap();
+        let x = B::float_from_host(&x, device);
+        let dp = B::float_from_host(&dp, device);
+        let p = B::lowp_causal_softmax(x.clone(), scale).unwrap();
+        let p_ref = causal_softmax_reference::<B>(x, scale).unwrap();
+        let dx = B::lowp_causal_softmax_backward(p.clone(), dp.clone(), scale).unwrap();
+        let dx_ref = causal_softmax_backward_reference::<B>(p.clone(), dp, scale).unwrap();
+        // f32: the runtime's exp against the host's; bf16: the same result may round to the
+        // neighbouring bf16 value.
+        let (rel, abs) = match dtype {
+            InputDtype::F32 => (1e-5, 1e-7),
+            _ => (ulp(dtype), 1e-6),
+        };
+        let p = read2(p);
+        assert_close(&p, &read2(p_ref), rel, abs, &format!("{dtype:?} causal softmax"));
+        assert_close(&read2(dx), &read2(dx_ref), rel, abs, &format!("{dtype:?} causal softmax backward"));
+        for (r, row) in p.chunks_exact(seq).enumerate() {
+            let visible = r % seq + 1;
+            assert!(row[visible..].iter().all(|&v| v == 0.0), "{dtype:?} row {r}: masked keys get 0");
+            let sum: f32 = row[..visible].iter().sum();
+            // Each p within half a unit in the last place of the sum's worth: below 2^-8 in bf16.
+            let bound = if dtype == InputDtype::F32 { 1e-5 } else { 2f32.powi(-8) };
+            assert!((sum - 1.0).abs() <= bound, "{dtype:?} row {r}: sums to {sum}");
+        }
+    }
+
+    // Bad shapes are errors, not panics: k of another length, scores that are not whole blocks.
+    let t = |shape: [usize; 4]| Tensor::<A<B>, 4>::zeros(shape, device);
+    assert!(fused::causal_attention(t([1, 2, 8, 4]), t([1, 2, 6, 4]), t([1, 2, 8, 4]), None).is_err());
+    let scores = B::float_from_host(&HostMatrix::new("scores", 10, 4, f32s, vec![0.0; 40]).unwrap(), device);
+    assert!(B::lowp_causal_softmax(scores, 1.0).is_err());
+}
+
 macro_rules! fused_suite {
     ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
         mod fused {
@@ -308,6 +396,13 @@ macro_rules! fused_suite {
             fn fused_rope_matches_burn_rotary_encoding_with_gradients() {
                 if let Some(d) = $device {
                     crate::fused::check_rope_against_burn::<$backend>(&d, $exact);
+                }
+            }
+
+            #[test]
+            fn fused_causal_attention_matches_burn_attention_with_gradients() {
+                if let Some(d) = $device {
+                    crate::fused::check_causal_attention_against_burn::<$backend>(&d, &$dtypes, $exact);
                 }
             }
 
