@@ -14,6 +14,7 @@ use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorPrimitive};
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::host_sync::record_split_read;
 use super::LowpBackend;
+use crate::deferred::Deferred;
 use crate::error::{LowpError, Result};
 use crate::format::grouped::{group_ranges, SplitStatus};
 use crate::format::{codes_shape, scales_shape, Direction};
@@ -21,17 +22,11 @@ use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 pub use crate::format::grouped::{aligned_rows, RowGroup, GROUP_ALIGN};
 
-enum HostCopyState<T> {
-    Pending(Box<dyn FnOnce() -> Result<T> + Send>),
-    Ready(T),
-    Failed(String),
-}
-
 /// A value made on the device whose copy to the host was requested when it was made, so that
 /// reading it later waits only if the GPU has not got there yet. Clones share the copy; the first
 /// read resolves it (and is counted in `host_syncs`), later reads are free.
 pub struct HostCopy<T> {
-    state: Arc<Mutex<HostCopyState<T>>>,
+    state: Arc<Mutex<Deferred<T>>>,
 }
 
 impl<T> Clone for HostCopy<T> {
@@ -44,12 +39,7 @@ impl<T> Clone for HostCopy<T> {
 
 impl<T> std::fmt::Debug for HostCopy<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &*self.state.lock().expect("host copy lock") {
-            HostCopyState::Pending(_) => "pending",
-            HostCopyState::Ready(_) => "ready",
-            HostCopyState::Failed(_) => "failed",
-        };
-        write!(f, "HostCopy({state})")
+        write!(f, "HostCopy({})", self.state.lock().expect("host copy lock").state())
     }
 }
 
@@ -57,50 +47,37 @@ impl<T: Clone> HostCopy<T> {
     /// A value the host already has.
     pub fn ready(value: T) -> Self {
         HostCopy {
-            state: Arc::new(Mutex::new(HostCopyState::Ready(value))),
+            state: Arc::new(Mutex::new(Deferred::Ready(value))),
         }
     }
 
-    /// A value `wait` produces once the device copy has arrived.
+    /// A value `wait` produces once the device copy has arrived (its wait is counted in
+    /// `host_syncs`).
     pub fn pending(wait: impl FnOnce() -> Result<T> + Send + 'static) -> Self {
+        let timed = move || {
+            let started = Instant::now();
+            let value = wait();
+            record_split_read(started.elapsed());
+            value
+        };
         HostCopy {
-            state: Arc::new(Mutex::new(HostCopyState::Pending(Box::new(wait)))),
+            state: Arc::new(Mutex::new(Deferred::new(timed))),
         }
     }
 
     /// The value, waiting for the copy if it has not arrived.
     pub fn get(&self) -> Result<T> {
         let mut state = self.state.lock().expect("host copy lock");
-        if let HostCopyState::Pending(_) = &*state {
-            let HostCopyState::Pending(wait) =
-                std::mem::replace(&mut *state, HostCopyState::Failed(String::new()))
-            else {
-                unreachable!()
-            };
-            let started = Instant::now();
-            let value = wait();
-            record_split_read(started.elapsed());
-            *state = match value {
-                Ok(v) => HostCopyState::Ready(v),
-                Err(e) => HostCopyState::Failed(e.to_string()),
-            };
-        }
-        match &*state {
-            HostCopyState::Ready(v) => Ok(v.clone()),
-            HostCopyState::Failed(e) => Err(LowpError::invalid(
-                "host copy of grouped split sizes",
-                "failed",
-                e.clone(),
-            )),
-            HostCopyState::Pending(_) => unreachable!("resolved above"),
-        }
+        state.resolve().map(|v| v.clone()).map_err(|e| {
+            LowpError::invalid("host copy of grouped split sizes", "failed", e)
+        })
     }
 
     /// Whether the host holds the value already (reading it costs nothing).
     pub fn is_ready(&self) -> bool {
         matches!(
             &*self.state.lock().expect("host copy lock"),
-            HostCopyState::Ready(_)
+            Deferred::Ready(_)
         )
     }
 }

@@ -12,6 +12,7 @@ use super::config::{
     GemmName, HighPrecisionSource, Section, SwitchTiming, TensorKind, WhatIfRecipe,
 };
 use super::read_batch::ReadBatch;
+use crate::deferred::Deferred;
 use super::session::{active, DebugSession, LaterRead, PendingStats, ScaleDecode, StatsRead};
 use super::stats::split_partials_by_group;
 use crate::backend::grouped::{HostCopy, HostGroups};
@@ -409,7 +410,7 @@ impl LayerDebug {
         };
         let layer = self.layer.clone();
         batch.add(bytes, move |read| {
-            let shared = Arc::new(Mutex::new(SplitState::Pending(read, split)));
+            let shared = Arc::new(Mutex::new(Deferred::new(move || split_per_expert(read, &split))));
             for g in 0..count {
                 let part = shared.clone();
                 sink(format!("{layer}.gemm_{g}"), Box::new(move || take_expert(&part, g)));
@@ -611,37 +612,14 @@ struct ExpertSplit {
     scales: Option<ScaleSplit>,
 }
 
-enum SplitState {
-    Pending(LaterRead, ExpertSplit),
-    /// Each expert's buffers (taken once each), or why the read failed.
-    Ready(Vec<Vec<Vec<u8>>>),
-    Failed(String),
-}
-
-/// Expert `g`'s part of a read of grouped statistics: its records of the partials and its scales;
-/// nothing for an expert that got no tokens (nothing is then logged for it, as when the experts
-/// run one by one). The first expert to ask splits the read for all of them in one pass.
-fn take_expert(shared: &Mutex<SplitState>, g: usize) -> Result<Vec<Vec<u8>>> {
-    let mut state = shared.lock().expect("expert split lock");
-    if let SplitState::Pending(..) = &*state {
-        let SplitState::Pending(read, split) =
-            std::mem::replace(&mut *state, SplitState::Failed(String::new()))
-        else {
-            unreachable!()
-        };
-        *state = match split_per_expert(read, &split) {
-            Ok(parts) => SplitState::Ready(parts),
-            Err(e) => SplitState::Failed(e.to_string()),
-        };
-    }
-    match &mut *state {
-        SplitState::Ready(parts) => Ok(std::mem::take(&mut parts[g])),
-        SplitState::Failed(e) => Err(crate::error::LowpError::invalid(
-            "grouped debug statistics read",
-            "failed",
-            e.clone(),
-        )),
-        SplitState::Pending(..) => unreachable!("resolved above"),
+/// Expert `g`'s part of a read of grouped statistics (each expert's buffers, split in one pass
+/// by the first expert to ask): its records of the partials and its scales; nothing for an
+/// expert that got no tokens (nothing is then logged for it, as when the experts run one by one).
+fn take_expert(shared: &Mutex<Deferred<Vec<Vec<Vec<u8>>>>>, g: usize) -> Result<Vec<Vec<u8>>> {
+    let mut split = shared.lock().expect("expert split lock");
+    match split.resolve() {
+        Ok(parts) => Ok(std::mem::take(&mut parts[g])),
+        Err(e) => Err(crate::error::LowpError::invalid("grouped debug statistics read", "failed", e)),
     }
 }
 

@@ -10,35 +10,18 @@ use std::sync::{Arc, Mutex};
 
 use super::session::LaterRead;
 use crate::backend::LowpBackend;
+use crate::deferred::Deferred;
 use crate::error::{LowpError, Result};
 
-enum SharedState {
-    Pending(LaterRead),
-    Ready(Vec<Vec<u8>>),
-    Failed(String),
-}
-
 /// One device read shared by several consumers (each takes a range of its buffers).
-struct SharedRead(Mutex<SharedState>);
+struct SharedRead(Mutex<Deferred<Vec<Vec<u8>>>>);
 
 impl SharedRead {
     fn take(&self, range: Range<usize>) -> Result<Vec<Vec<u8>>> {
-        let mut state = self.0.lock().expect("shared read lock");
-        if let SharedState::Pending(_) = &*state {
-            let SharedState::Pending(read) =
-                std::mem::replace(&mut *state, SharedState::Failed(String::new()))
-            else {
-                unreachable!()
-            };
-            *state = match read() {
-                Ok(buffers) => SharedState::Ready(buffers),
-                Err(e) => SharedState::Failed(e.to_string()),
-            };
-        }
-        match &*state {
-            SharedState::Ready(buffers) => Ok(buffers[range].to_vec()),
-            SharedState::Failed(e) => Err(LowpError::invalid("debug statistics read", "failed", e.clone())),
-            SharedState::Pending(_) => unreachable!("resolved above"),
+        let mut read = self.0.lock().expect("shared read lock");
+        match read.resolve() {
+            Ok(buffers) => Ok(buffers[range].to_vec()),
+            Err(e) => Err(LowpError::invalid("debug statistics read", "failed", e)),
         }
     }
 }
@@ -71,7 +54,7 @@ impl<Q: LowpBackend> ReadBatch<Q> {
         if self.sinks.is_empty() {
             return;
         }
-        let shared = Arc::new(SharedRead(Mutex::new(SharedState::Pending(
+        let shared = Arc::new(SharedRead(Mutex::new(Deferred::new(
             Q::bytes_to_host_later(self.bytes),
         ))));
         for (range, sink) in self.sinks {
