@@ -23,6 +23,18 @@ use cubecl::server::Handle;
 /// Units per cube (one cube per row).
 pub const SOFTMAX_UNITS: usize = 32;
 
+/// The keys row `CUBE_POS` of `rows` sees: `0..row % seq + 1`; none for the extra cubes of a
+/// launch (which still join the cube's reductions).
+#[cube]
+fn visible_keys(rows: usize, seq: usize) -> usize {
+    let row = CUBE_POS as usize;
+    let mut visible = 0usize;
+    if row < rows {
+        visible = row % seq + 1;
+    }
+    visible
+}
+
 /// Forward: `out` = the causal softmax of `scale · x` per row.
 #[cube(launch_unchecked)]
 pub fn causal_softmax_kernel(
@@ -36,11 +48,7 @@ pub fn causal_softmax_kernel(
 ) {
     let mut scratch = SharedMemory::<f32>::new(SOFTMAX_UNITS);
     let row = CUBE_POS as usize;
-    // Keys 0..visible of the row; extra cubes see none (and still join the reductions).
-    let mut visible = 0usize;
-    if row < rows {
-        visible = row % seq + 1;
-    }
+    let visible = visible_keys(rows, seq);
     let base = row * seq;
     let mut local_max = -infinity;
     for c in range_stepped(2 * UNIT_POS as usize, visible, 2 * SOFTMAX_UNITS) {
@@ -89,10 +97,7 @@ pub fn causal_softmax_backward_kernel(
 ) {
     let mut scratch = SharedMemory::<f32>::new(SOFTMAX_UNITS);
     let row = CUBE_POS as usize;
-    let mut visible = 0usize;
-    if row < rows {
-        visible = row % seq + 1;
-    }
+    let visible = visible_keys(rows, seq);
     let base = row * seq;
     let mut local_dot = 0.0f32;
     for c in range_stepped(2 * UNIT_POS as usize, visible, 2 * SOFTMAX_UNITS) {

@@ -270,14 +270,7 @@ pub fn check_rope_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) 
         let x = B::float_from_host(&m, device);
         let got = B::lowp_rope(x.clone(), freq.clone(), positions, inverse).unwrap();
         let want = burn_lowp::ops::rope_op::rope_reference::<B>(x, freq.clone(), positions, inverse).unwrap();
-        let read2 = |t: FloatTensor<B>| {
-            Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
-                .into_data()
-                .convert::<f32>()
-                .into_vec::<f32>()
-                .unwrap()
-        };
-        assert_close(&read2(got), &read2(want), 1e-6, 1e-6, &format!("rope from position 3 (inverse {inverse})"));
+        assert_close(&read_f32::<B>(got), &read_f32::<B>(want), 1e-6, 1e-6, &format!("rope from position 3 (inverse {inverse})"));
     }
     // Bad shapes are errors, not panics: a head the table does not have, positions past its end.
     assert!(fused::rope(&rope, tensor(34, [1, 1, seq, 6])).is_err());
@@ -329,13 +322,6 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
 
     // The backend op against the reference, on f32 and bf16 scores of 4 blocks of seq 16.
     let (seq, rows, scale) = (16, 64, 0.3f32);
-    let read2 = |t: FloatTensor<B>| {
-        Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
-            .into_data()
-            .convert::<f32>()
-            .into_vec::<f32>()
-            .unwrap()
-    };
     for &dtype in dtypes {
         let x = HostMatrix::new("scores", rows, seq, dtype, values(rows * seq, 45, 3.0, dtype)).unwrap();
         let dp = HostMatrix::new("dp", rows, seq, dtype, values(rows * seq, 46, 1.0, dtype)).unwrap();
@@ -351,9 +337,9 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
             InputDtype::F32 => (1e-5, 1e-7),
             _ => (ulp(dtype), 1e-6),
         };
-        let p = read2(p);
-        assert_close(&p, &read2(p_ref), rel, abs, &format!("{dtype:?} causal softmax"));
-        assert_close(&read2(dx), &read2(dx_ref), rel, abs, &format!("{dtype:?} causal softmax backward"));
+        let p = read_f32::<B>(p);
+        assert_close(&p, &read_f32::<B>(p_ref), rel, abs, &format!("{dtype:?} causal softmax"));
+        assert_close(&read_f32::<B>(dx), &read_f32::<B>(dx_ref), rel, abs, &format!("{dtype:?} causal softmax backward"));
         for (r, row) in p.chunks_exact(seq).enumerate() {
             let visible = r % seq + 1;
             assert!(row[visible..].iter().all(|&v| v == 0.0), "{dtype:?} row {r}: masked keys get 0");
