@@ -12,10 +12,10 @@ use super::config::{
     GemmName, HighPrecisionSource, Section, SwitchTiming, TensorKind, WhatIfRecipe,
 };
 use super::read_batch::ReadBatch;
-use crate::deferred::Deferred;
 use super::session::{active, DebugSession, LaterRead, PendingStats, ScaleDecode, StatsRead};
 use super::stats::split_partials_by_group;
 use crate::backend::grouped::{HostCopy, HostGroups};
+use crate::deferred::Deferred;
 use crate::backend::{Groups, LowpBackend};
 use crate::format::grouped::group_ranges;
 use crate::error::Result;
@@ -372,8 +372,8 @@ impl LayerDebug {
     /// Reports `tensor` of every expert of this grouped layer (`<layer>.gemm_<g>`, TE's debug
     /// GroupedLinear): `x` and its grouped quantized form `quantized` hold the experts' rows as
     /// `rows` says. Each statistic is one pass and one device read for all experts: the records
-    /// (128-row blocks, within one expert) carry their expert, and the host splits them when it logs (the split sizes are not read
-    /// here).
+    /// (128-row blocks, within one expert) carry their expert, and the host splits them when it
+    /// logs (the split sizes are not read here).
     pub fn observe_experts<Q: LowpBackend>(
         &self,
         tensor: TensorKind,
