@@ -318,7 +318,7 @@ pub(super) fn causal_softmax<R: CubeRuntime>(
             let dp = if dp.dtype == x.dtype {
                 dp
             } else {
-                B::<R>::float_cast(dp, crate::ops::linear::gemm_dtype(x.dtype))
+                B::<R>::float_cast(dp, super::float_dtype(x.dtype))
             };
             let dp = prepare(dp);
             kernels::softmax::causal_softmax_backward(&client, matrix, &dp.handle, scale)

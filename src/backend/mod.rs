@@ -280,10 +280,11 @@ pub trait LowpBackend: Backend {
     }
 
     /// Partial statistics of `x` (viewed as `[rows, cols]`) for the debug tools: f32
-    /// `[records, STAT_FIELDS]` bytes, one record per 128x2048 block (`debug::stats`). With `error = (dequantized, limit)` (an f32
-    /// copy of `x` after quantization, same shape, and the f32 overflow limit: one element, or one
-    /// per group with `labels`) the quantization terms too. With `labels` (`row_group`: the Int
-    /// group of each row, `count` or more for rows to leave out) the tiles name their group, so
+    /// `[records, STAT_FIELDS]` bytes, one record per 128x2048 block (`debug::stats`). With
+    /// `error = (dequantized, limit)` (an f32 copy of `x` after quantization, same shape, and the
+    /// f32 overflow limit: one element, or one per group with `labels`) the quantization terms
+    /// too. With `labels` (`row_group`: the Int group of each row, `count` or more for rows to
+    /// leave out) the records name their group, so
     /// every group of a grouped tensor is measured by one launch. One read of `x` on device
     /// backends; this default computes the reference on the host (NdArray; a device backend falls
     /// back to it for odd `cols`).
@@ -411,6 +412,16 @@ pub fn tensor_stats_on_host<B: LowpBackend>(
     let partials = crate::debug::stats::record_partials(&tiles, rows, cols);
     let bytes = partials.iter().flat_map(|v| v.to_le_bytes()).collect();
     Ok(B::bytes_from_host(bytes, &device))
+}
+
+/// The `FloatDType` of a float tensor's dtype (f32 for anything but f16 and bf16).
+pub(crate) fn float_dtype(dtype: burn::tensor::DType) -> burn::tensor::FloatDType {
+    use burn::tensor::{DType, FloatDType};
+    match dtype {
+        DType::BF16 => FloatDType::BF16,
+        DType::F16 => FloatDType::F16,
+        _ => FloatDType::F32,
+    }
 }
 
 /// The 2D view `[prod(shape[..-1]), shape[-1]]` of a tensor shape.

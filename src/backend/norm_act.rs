@@ -6,10 +6,11 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, Tensor, TensorPrimitive};
+use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
 
 use burn_lowp_kernels::activation::ActFn;
 
+use super::float_dtype;
 use crate::ops::activation::ActivationSpec;
 
 /// How to normalize: LayerNorm or RMSNorm, ε, and whether γ is stored as γ - 1.
@@ -46,14 +47,6 @@ pub struct ActivationOutput<T, A> {
 
 fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-fn float_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
 }
 
 /// `γ` as applied: `γ + 1` when stored zero-centered, in f32.

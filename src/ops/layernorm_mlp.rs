@@ -22,7 +22,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
 use super::activation::ActivationSpec;
 use super::linear::{
@@ -30,7 +30,7 @@ use super::linear::{
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
 };
 use super::row_broadcast::{add_bias_rows, column_sum};
-use crate::backend::{GemmKind, GemmOptions, LowpBackend, NormSpec};
+use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
 use crate::format::Usage;
 use crate::quant::QuantizedTensor;
@@ -138,14 +138,6 @@ fn debug_saved<Q: LowpBackend>(
             debug,
         }
     })
-}
-
-fn float_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
 }
 
 fn dims2(t: &impl TensorMetadata, what: &str) -> Result<[usize; 2]> {

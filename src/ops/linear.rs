@@ -270,11 +270,7 @@ pub trait LowpLinear: Backend {
 
 /// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
 pub(crate) fn gemm_dtype(dtype: DType) -> FloatDType {
-    match dtype {
-        DType::BF16 => FloatDType::BF16,
-        DType::F16 => FloatDType::F16,
-        _ => FloatDType::F32,
-    }
+    crate::backend::float_dtype(dtype)
 }
 
 fn dims(t: &impl TensorMetadata) -> Vec<usize> {
