@@ -58,6 +58,7 @@ fn train_run<'a>(config: &'a RunConfig, recipe: &'a burn_lowp::recipe::Recipe, c
         memory_probe: None,
         debug: None,
         sync_every_step: false,
+        host_profile: None,
     }
 }
 
@@ -233,6 +234,28 @@ fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
     assert!(p.forward > 0.0 && p.backward > 0.0 && p.optimizer > 0.0, "{p:?}");
     let parts = p.forward + p.backward + p.optimizer;
     assert!(parts <= synced.host_ms_per_step * (1.0 + 1e-9), "{parts} > {}", synced.host_ms_per_step);
+}
+
+/// `--host-profile` in a build without the sampler is refused before the first step.
+#[cfg(not(feature = "host-profile"))]
+#[test]
+fn a_host_profile_without_the_feature_is_a_clear_error_before_training() {
+    let device = Default::default();
+    let corpus = Corpus::built_in(1 << 16);
+    let config = tiny_config(4, 1, "softmax");
+    let recipe = suite::recipe("bf16.json");
+    let dir = tempfile::tempdir().unwrap();
+    let err = train::<AD>(
+        &TrainRun {
+            host_profile: Some(dir.path().join("profile")),
+            ..train_run(&config, &recipe, &corpus, dir.path())
+        },
+        &device,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--host-profile") && err.contains("--features host-profile"), "{err}");
+    assert!(!dir.path().join("metrics.jsonl").exists(), "training started: {err}");
 }
 
 #[test]

@@ -59,6 +59,11 @@ pub struct MoeTrainArgs {
     /// zero means the step is bound by the host, not the GPU. Slows training a little.
     #[arg(long, conflicts_with = "report")]
     pub sync_every_step: bool,
+    /// Diagnostic: sample the host's CPU time (every thread) over the steps after the first 5 and
+    /// write `flamegraph.svg` and `summary.txt` to `<this dir>/<recipe>/`. Needs a build with
+    /// `--features host-profile`.
+    #[arg(long, conflicts_with = "report")]
+    pub host_profile: Option<PathBuf>,
     /// Train nothing: draw the chart and write the table from the runs already in --out (each
     /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
     #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
@@ -184,6 +189,7 @@ where
                 memory_probe,
                 debug: debug.as_ref(),
                 sync_every_step: args.sync_every_step,
+                host_profile: args.host_profile.as_ref().map(|dir| dir.join(name)),
             },
             device,
         )?;

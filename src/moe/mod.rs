@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod command;
 pub mod data;
 pub mod experts;
+pub mod host_profile;
 pub mod layer;
 pub mod model;
 pub mod permute;

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{self, CheckpointState};
 use super::data::Corpus;
+use super::host_profile::{HostProfile, HOST_PROFILE_SKIP_STEPS};
 use super::model::MoeLm;
 use super::run_config::RunConfig;
 use crate::backend::host_sync::host_syncs;
@@ -55,6 +56,9 @@ pub struct TrainRun<'a> {
     /// Wait for the device after every step, timing the host's enqueueing and the wait apart
     /// (`RunSummary::sync_wait_ms_per_step`): a diagnostic of what bounds the step.
     pub sync_every_step: bool,
+    /// Sample the host's CPU time over the steps after the first few and write a flame graph
+    /// and a summary here (`host_profile`).
+    pub host_profile: Option<PathBuf>,
 }
 
 /// One logged step.
@@ -187,6 +191,9 @@ where
 {
     let RunConfig { model: model_config, train } = run.config;
     run.corpus.check_fits(train.seq_len)?;
+    if let Some(dir) = &run.host_profile {
+        HostProfile::check(dir)?;
+    }
     B::seed(device, train.seed);
     let mut model: MoeLm<B> = model_config.init(run.recipe, device)?;
     // Burn's AdamW and per-parameter norm clipping, one kernel per parameter (`optim`).
@@ -260,8 +267,15 @@ where
     let mut step_host: Vec<f64> = Vec::new();
     let mut step_wait: Vec<f64> = Vec::new();
     let mut phases = PhaseTimes::default();
+    let profile_from = (first_step + HOST_PROFILE_SKIP_STEPS).min(last_step.saturating_sub(1));
+    let mut profile: Option<HostProfile> = None;
 
     for step in first_step..last_step {
+        if step == profile_from {
+            if let Some(dir) = &run.host_profile {
+                profile = Some(HostProfile::start(dir)?);
+            }
+        }
         let step_start = Instant::now();
         let lr = train.learning_rate(step);
         let mut accumulator = GradientsAccumulator::<MoeLm<B>>::new();
@@ -357,6 +371,10 @@ where
         if train.checkpoint_every > 0 && done % train.checkpoint_every == 0 {
             save(&model, &optim, done)?;
         }
+    }
+    if let Some(profile) = profile {
+        let dir = profile.finish(last_step - profile_from)?;
+        println!("{}: host profile in {}", run.label, dir.display());
     }
     save(&model, &optim, last_step)?;
     bar.finish();

@@ -1,0 +1,215 @@
+//! `moe_train --host-profile DIR`: where the host's CPU time goes in the training steps.
+//!
+//! The GPU machine has no perf, gdb or Nsight Systems, and stack samples under cuda-gdb slow
+//! every kernel launch, so the profiler lives in the process: pprof's SIGPROF sampler (CPU time,
+//! every thread, 999 Hz) over the steps after the first few (which compile kernels and autotune).
+//! It writes `flamegraph.svg` and `summary.txt`: per thread, CPU ms per step, the hottest
+//! functions by self time (collapsed onto their nearest Rust caller, since libcuda and libc have
+//! no symbols worth reading) and by inclusive time. Built with `--features host-profile`; without
+//! it, `--host-profile` is an error, not a silent no-op.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::LowpError;
+
+/// Steps left out at the start of a run before sampling begins.
+pub const HOST_PROFILE_SKIP_STEPS: usize = 5;
+
+/// Samples per second of CPU time.
+#[cfg(feature = "host-profile")]
+const FREQUENCY: i32 = 999;
+
+/// A running profile of the host.
+pub struct HostProfile {
+    dir: PathBuf,
+    #[cfg(feature = "host-profile")]
+    guard: pprof::ProfilerGuard<'static>,
+}
+
+impl HostProfile {
+    /// Whether a profile can be written to `dir`: checked before training starts, so that a
+    /// build without the profiler fails at once rather than after the first steps.
+    pub fn check(dir: &Path) -> Result<(), LowpError> {
+        if !cfg!(feature = "host-profile") {
+            return Err(LowpError::invalid(
+                "--host-profile",
+                dir.display(),
+                "this build has no host profiler; build with --features host-profile",
+            ));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| LowpError::file(dir, e))
+    }
+
+    /// Starts sampling every thread of the process.
+    pub fn start(dir: &Path) -> Result<Self, LowpError> {
+        Self::check(dir)?;
+        #[cfg(feature = "host-profile")]
+        {
+            let guard = pprof::ProfilerGuardBuilder::default()
+                .frequency(FREQUENCY)
+                .build()
+                .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the sampler did not start: {e}")))?;
+            Ok(Self {
+                dir: dir.to_path_buf(),
+                guard,
+            })
+        }
+        #[cfg(not(feature = "host-profile"))]
+        unreachable!("check refused a build without the profiler")
+    }
+
+    /// Stops sampling and writes `flamegraph.svg` and `summary.txt` for `steps` sampled steps.
+    pub fn finish(self, steps: usize) -> Result<PathBuf, LowpError> {
+        #[cfg(feature = "host-profile")]
+        {
+            let report = self
+                .guard
+                .report()
+                .build()
+                .map_err(|e| LowpError::invalid("--host-profile", self.dir.display(), format!("no report: {e}")))?;
+            let svg = self.dir.join("flamegraph.svg");
+            let file = std::fs::File::create(&svg).map_err(|e| LowpError::file(&svg, e))?;
+            report
+                .flamegraph(file)
+                .map_err(|e| LowpError::file(&svg, e.to_string()))?;
+            let stacks: Vec<Stack> = report
+                .data
+                .iter()
+                .map(|(frames, &count)| Stack {
+                    thread: frames.thread_name_or_id(),
+                    // Leaf first; within a frame, the innermost inlined function first.
+                    functions: frames
+                        .frames
+                        .iter()
+                        .flat_map(|frame| frame.iter().map(|s| short_name(&s.name())))
+                        .collect(),
+                    samples: count.max(0) as u64,
+                })
+                .collect();
+            let text = summary(&stacks, steps, FREQUENCY as f64);
+            let path = self.dir.join("summary.txt");
+            std::fs::write(&path, text).map_err(|e| LowpError::file(&path, e))?;
+        }
+        Ok(self.dir)
+    }
+}
+
+/// One sampled call stack and how often it was seen.
+pub struct Stack {
+    pub thread: String,
+    /// Function names, leaf first.
+    pub functions: Vec<String>,
+    pub samples: u64,
+}
+
+/// A symbol without its hash suffix (`::h0123456789abcdef`).
+pub fn short_name(name: &str) -> String {
+    match name.rfind("::h") {
+        Some(i) if name.len() - i == 19 && name[i + 3..].chars().all(|c| c.is_ascii_hexdigit()) => {
+            name[..i].to_string()
+        }
+        _ => name.to_string(),
+    }
+}
+
+/// Rust paths have `::`; C functions (libc, libcuda's exported entry points) do not.
+fn is_rust(function: &str) -> bool {
+    function.contains("::")
+}
+
+/// Per thread (most samples first): CPU ms per step, the top functions by self time collapsed
+/// onto their nearest Rust frame, and the top functions by inclusive time.
+pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
+    use std::collections::{BTreeMap, HashSet};
+    use std::fmt::Write as _;
+    const TOP: usize = 45;
+    let ms_per_step = |samples: u64| 1e3 * samples as f64 / frequency / steps.max(1) as f64;
+    let mut threads: BTreeMap<&str, Vec<&Stack>> = BTreeMap::new();
+    for s in stacks {
+        threads.entry(&s.thread).or_default().push(s);
+    }
+    let mut threads: Vec<(&str, Vec<&Stack>, u64)> = threads
+        .into_iter()
+        .map(|(t, v)| {
+            let n = v.iter().map(|s| s.samples).sum();
+            (t, v, n)
+        })
+        .collect();
+    threads.sort_by(|a, b| b.2.cmp(&a.2));
+    let mut out = String::new();
+    let total: u64 = threads.iter().map(|t| t.2).sum();
+    let _ = writeln!(
+        out,
+        "{total} samples at {frequency} Hz over {steps} steps ({:.1} CPU ms per step, all threads)",
+        ms_per_step(total)
+    );
+    let top = |counts: BTreeMap<String, u64>| {
+        let mut v: Vec<(String, u64)> = counts.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(TOP);
+        v
+    };
+    for (thread, stacks, samples) in &threads {
+        let _ = writeln!(
+            out,
+            "\n## thread {thread}: {samples} samples, {:.2} CPU ms per step",
+            ms_per_step(*samples)
+        );
+        let mut self_time: BTreeMap<String, u64> = BTreeMap::new();
+        let mut inclusive: BTreeMap<String, u64> = BTreeMap::new();
+        for s in stacks {
+            let leaf = s.functions.first().map(String::as_str).unwrap_or("?");
+            let owner = s.functions.iter().find(|f| is_rust(f)).map(String::as_str).unwrap_or(leaf);
+            let key = if owner == leaf { leaf.to_string() } else { format!("{owner} <- {leaf}") };
+            *self_time.entry(key).or_default() += s.samples;
+            let unique: HashSet<&String> = s.functions.iter().collect();
+            for f in unique {
+                *inclusive.entry(f.clone()).or_default() += s.samples;
+            }
+        }
+        let _ = writeln!(out, "### self (nearest Rust frame <- leaf), ms per step");
+        for (name, n) in top(self_time) {
+            let _ = writeln!(out, "{:8.2}  {name}", ms_per_step(n));
+        }
+        let _ = writeln!(out, "### inclusive, ms per step");
+        for (name, n) in top(inclusive) {
+            let _ = writeln!(out, "{:8.2}  {name}", ms_per_step(n));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_suffixes_are_dropped_and_other_names_kept() {
+        assert_eq!(short_name("burn::tensor::Tensor::add::h0123456789abcdef"), "burn::tensor::Tensor::add");
+        assert_eq!(short_name("cuLaunchKernel"), "cuLaunchKernel");
+        assert_eq!(short_name("a::hello"), "a::hello");
+    }
+
+    #[test]
+    fn summary_collapses_c_leaves_onto_their_rust_caller_and_counts_inclusive_once_per_stack() {
+        let stack = |functions: &[&str], samples| Stack {
+            thread: "main".into(),
+            functions: functions.iter().map(|s| s.to_string()).collect(),
+            samples,
+        };
+        let stacks = [
+            stack(&["memcpy", "cubecl::launch", "main::step"], 30),
+            stack(&["cubecl::launch", "main::step"], 10),
+            stack(&["main::recurse", "main::recurse", "main::step"], 20),
+        ];
+        // 60 samples at 10 Hz over 2 steps: 3 s per step.
+        let text = summary(&stacks, 2, 10.0);
+        assert!(text.contains("## thread main: 60 samples, 3000.00 CPU ms per step"), "{text}");
+        assert!(text.contains(" 1500.00  cubecl::launch <- memcpy"), "{text}");
+        assert!(text.contains("  500.00  cubecl::launch\n"), "{text}");
+        // Inclusive: main::step in every stack; the recursive frame counted once per stack.
+        assert!(text.contains(" 3000.00  main::step"), "{text}");
+        assert!(text.contains(" 1000.00  main::recurse"), "{text}");
+        assert!(text.contains(" 2000.00  cubecl::launch\n"), "{text}");
+    }
+}
