@@ -20,6 +20,9 @@ mod stats;
 #[path = "kernels/fused.rs"]
 mod fused;
 
+#[path = "kernels/routing.rs"]
+mod routing;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -28,6 +31,7 @@ mod ndarray {
     crate::norm_act::norm_act_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
     crate::stats::stats_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
     crate::fused::fused_suite!(NdArray, Some(Default::default()), [InputDtype::F32], true);
+    crate::routing::routing_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
 }
 
 #[cfg(feature = "wgpu")]
@@ -67,6 +71,11 @@ mod wgpu {
     // The AdamW check's Burn-op twin casts to f32 with Burn's kernels, which have no bf16 on
     // wgpu (training on wgpu uses f32 parameters).
     crate::fused::fused_suite!(Backend, device(), [InputDtype::F32], false);
+    crate::routing::routing_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+    );
 }
 
 #[cfg(feature = "cuda")]
@@ -102,5 +111,10 @@ mod cuda {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
         false
+    );
+    crate::routing::routing_suite!(
+        Backend,
+        device(),
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
 }

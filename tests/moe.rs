@@ -1,6 +1,6 @@
 //! The MoE building blocks on NdArray (CI): router top-k and losses against hand-computed values,
-//! the device permutation against its definition, the MoE layer against a per-token loop over
-//! the experts, and an MoE layer learning under every recipe file.
+//! the device routing (sort, dispatch, combine) against its definition, the MoE layer against a
+//! per-token loop over the experts, and an MoE layer learning under every recipe file.
 
 mod common;
 
@@ -13,8 +13,10 @@ use burn::module::Param;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::silu;
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn_lowp::backend::LowpBackend;
 use burn_lowp::moe::{
-    permutation, permute, top_k, unpermute, MoeLayerConfig, RouterConfig, ScoreFunction,
+    combine, dispatch, expert_positions, token_routes, top_k, MoeLayerConfig, RouterConfig,
+    ScoreFunction,
 };
 
 type B = NdArray;
@@ -51,7 +53,7 @@ fn softmax_router_chooses_top_k_and_its_aux_loss_is_the_formula() {
     let device = Default::default();
     let router = identity_router(ScoreFunction::Softmax, 0.01);
     let x = Tensor::<B, 2>::from_data(LOGITS, &device);
-    let r = router.forward(x);
+    let r = router.forward(x).unwrap();
     // Largest first; ties go to the lower index (row 2: 3, then 0 of the tied zeros).
     assert_eq!(ints(r.expert_index.clone()), vec![0, 1, 1, 2, 3, 0, 3, 0]);
     assert_eq!(
@@ -84,7 +86,7 @@ fn a_perfectly_balanced_router_gives_exactly_the_coefficient() {
     let mut router = identity_router(ScoreFunction::Softmax, 0.01);
     router.weight = Param::from_tensor(Tensor::zeros([4, 4], &device));
     let x = Tensor::<B, 2>::random([8, 4], Distribution::Normal(0.0, 1.0), &device);
-    assert_eq!(floats(router.forward(x).aux_loss), vec![0.01f32]);
+    assert_eq!(floats(router.forward(x).unwrap().aux_loss), vec![0.01f32]);
 }
 
 #[test]
@@ -92,7 +94,7 @@ fn sigmoid_router_renormalizes_and_its_bias_moves_toward_the_mean_load() {
     let device = Default::default();
     let router = identity_router(ScoreFunction::Sigmoid, 0.0);
     let x = Tensor::<B, 2>::from_data(LOGITS, &device);
-    let r = router.forward(x.clone());
+    let r = router.forward(x.clone()).unwrap();
     for pair in floats(r.weights).chunks(2) {
         assert!((pair[0] + pair[1] - 1.0).abs() < 1e-6, "{pair:?}");
     }
@@ -108,7 +110,7 @@ fn sigmoid_router_renormalizes_and_its_bias_moves_toward_the_mean_load() {
         .as_ref()
         .unwrap()
         .set(Tensor::from_data([0.0, 0.0, 10.0, 0.0], &device));
-    let chosen = ints(router.forward(x).expert_index);
+    let chosen = ints(router.forward(x).unwrap().expert_index);
     assert!(chosen.chunks(2).all(|c| c[0] == 2), "{chosen:?}");
 }
 
@@ -116,7 +118,7 @@ fn sigmoid_router_renormalizes_and_its_bias_moves_toward_the_mean_load() {
 fn top_k_on_the_device_matches_a_sort() {
     let device = Default::default();
     let scores = Tensor::<B, 2>::random([50, 16], Distribution::Normal(0.0, 1.0), &device);
-    let got = ints(top_k(scores.clone(), 4));
+    let got = ints(top_k(scores.clone(), 4).unwrap());
     let values = floats(scores);
     for (t, row) in values.chunks(16).enumerate() {
         let mut order: Vec<usize> = (0..16).collect();
@@ -127,33 +129,40 @@ fn top_k_on_the_device_matches_a_sort() {
 }
 
 #[test]
-fn permutation_sorts_assignments_by_expert_and_unpermute_inverts_it() {
+fn routing_sorts_assignments_by_expert_and_combine_inverts_dispatch() {
     let device = Default::default();
+    let int1 = |t: Tensor<B, 1, Int>| t.into_data().convert::<i64>().into_vec::<i64>().unwrap();
     // 5 tokens, k = 2, 4 experts; expert 1 gets nothing.
     let index = Tensor::<B, 2, Int>::from_data(
         TensorData::new(vec![3i64, 0, 0, 2, 3, 2, 0, 3, 2, 0], [5, 2]),
         &device,
     );
-    let p = permutation(index, 4);
-    assert_eq!(
-        p.m_splits.clone().into_data().convert::<i64>().into_vec::<i64>().unwrap(),
-        vec![4, 0, 3, 3]
-    );
-    // Expert 0: assignments 1, 2, 6, 9; expert 2: 3, 5, 8; expert 3: 0, 4, 7 (token order).
-    assert_eq!(
-        p.assignment.clone().into_data().convert::<i64>().into_vec::<i64>().unwrap(),
-        vec![1, 2, 6, 9, 3, 5, 8, 0, 4, 7]
-    );
+    let (m_splits, position) = expert_positions(index, 4).unwrap();
+    assert_eq!(int1(m_splits.clone()), vec![4, 0, 3, 3]);
+    // Packed order: expert 0 takes assignments 1, 2, 6, 9; expert 2: 3, 5, 8; expert 3: 0, 4, 7.
+    assert_eq!(int1(position.clone()), vec![7, 0, 1, 4, 8, 5, 2, 9, 6, 3]);
+    // Aligned: expert 0 at row 0, expert 2 at 128 (expert 1 empty), expert 3 at 256.
+    let layout = <B as LowpBackend>::group_layout(m_splits.into_primitive(), 10).unwrap();
+    let routes = token_routes::<B>(position, &layout, 2).unwrap();
+    let rows_of = [256usize, 0, 1, 128, 257, 129, 2, 258, 130, 3];
+    let assignment_row = int1(Tensor::from_primitive(routes.assignment_row.clone()));
+    assert_eq!(assignment_row, rows_of.iter().map(|&r| r as i64).collect::<Vec<_>>());
+    let row_token = int1(Tensor::from_primitive(routes.row_token.clone()));
+    assert_eq!((row_token[0], row_token[4], row_token[256], row_token[259]), (0, 5, 0, 5));
     let x = Tensor::<B, 2>::random([5, 8], Distribution::Normal(0.0, 1.0), &device);
-    let packed = permute(x.clone(), &p);
+    let packed = dispatch(x.clone(), &routes).unwrap();
     let rows = floats(packed.clone());
     let xs = floats(x.clone());
-    for (pos, a) in [1usize, 2, 6, 9, 3, 5, 8, 0, 4, 7].iter().enumerate() {
-        assert_eq!(&rows[pos * 8..pos * 8 + 8], &xs[(a / 2) * 8..(a / 2) * 8 + 8]);
+    for (a, &r) in rows_of.iter().enumerate() {
+        assert_eq!(&rows[r * 8..r * 8 + 8], &xs[(a / 2) * 8..(a / 2) * 8 + 8], "assignment {a}");
     }
+    assert!(rows[4 * 8..128 * 8].iter().all(|&v| v == 0.0), "padding rows are zero");
     // Weights 1/2 each: the two copies sum back to the token exactly.
     let half = Tensor::<B, 2>::full([5, 2], 0.5, &device);
-    assert_eq!(floats(unpermute(packed, &p, half)), xs);
+    assert_eq!(floats(combine(packed.clone(), half, &routes).unwrap()), xs);
+    // Bad weights' shape: an error naming them.
+    let err = combine(packed, Tensor::<B, 2>::full([5, 3], 0.5, &device), &routes).unwrap_err();
+    assert!(err.to_string().contains("router weights"), "{err}");
 }
 
 /// The MoE layer under the bf16 recipe (NdArray: f32 math) equals, token by token, the weighted
@@ -169,7 +178,7 @@ fn moe_layer_equals_a_per_token_loop_over_experts() {
             .unwrap();
         let x = Tensor::<B, 2>::random([10, 128], Distribution::Normal(0.0, 1.0), &device);
         let (y, _) = layer.forward(x.clone(), None).unwrap();
-        let routing = layer.router.forward(x.clone());
+        let routing = layer.router.forward(x.clone()).unwrap();
         let index = ints(routing.expert_index);
         let weights = floats(routing.weights);
         let got = floats(y);

@@ -45,6 +45,7 @@ pub mod softmax;
 pub mod stats;
 pub mod stream_flags;
 pub mod swizzle;
+pub mod token_routing;
 
 pub use codec::{ElemKind, Fp8Kind};
 pub use cubecl;

@@ -1115,6 +1115,49 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::causal_softmax(x, None, scale)
     }
 
+    fn lowp_top_k(scores: FloatTensor<Self>, k: usize) -> Result<IntTensor<Self>> {
+        super::cube_routing::top_k::<R, Self>(scores, k, I::dtype())
+    }
+
+    fn lowp_expert_positions(
+        expert: IntTensor<Self>,
+        experts: usize,
+    ) -> Result<(IntTensor<Self>, IntTensor<Self>)> {
+        super::cube_routing::expert_positions::<R, Self>(expert, experts, I::dtype())
+    }
+
+    fn lowp_route_rows(
+        position: IntTensor<Self>,
+        layout: &GroupLayout<Self>,
+        k: usize,
+    ) -> Result<crate::ops::TokenRoutes<Self>> {
+        super::cube_routing::route_rows::<R, Self>(position, layout, k, I::dtype())
+    }
+
+    fn lowp_combine_rows(
+        y: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_routing::combine::<R, Self>(y, weights, routes)
+    }
+
+    fn lowp_combine_rows_backward(
+        dout: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_routing::combine_backward::<R, Self>(dout, weights, routes)
+    }
+
+    fn lowp_combine_weights_grad(
+        dout: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_routing::combine_weights_grad::<R, Self>(dout, y, routes)
+    }
+
     fn lowp_causal_softmax_backward(
         p: FloatTensor<Self>,
         dp: FloatTensor<Self>,

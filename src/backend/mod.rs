@@ -17,6 +17,8 @@ pub mod cube;
 mod cube_norm_act;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod cube_optim;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cube_routing;
 #[cfg(feature = "cuda")]
 pub mod cublaslt;
 #[cfg(feature = "cuda")]
@@ -168,6 +170,60 @@ pub trait LowpBackend: Backend {
         row_group: IntTensor<Self>,
     ) -> FloatTensor<Self> {
         crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group)
+    }
+
+    /// The experts of each token, `[T, k]` i32-or-wider Int, best first (ties to the lower
+    /// expert), from scores `[T, E]` (`ops::token_routing`). The default runs k rounds of
+    /// argmax; CubeBackend one kernel.
+    fn lowp_top_k(scores: FloatTensor<Self>, k: usize) -> Result<IntTensor<Self>> {
+        crate::ops::token_routing::top_k_reference::<Self>(scores, k)
+    }
+
+    /// The stable sort of `n` assignments by expert (`expert [n]`): the experts' counts `[E]`
+    /// and each assignment's packed position `[n]` (`ops::token_routing`). The default is a
+    /// counting sort in tensor ops; CubeBackend three kernels.
+    fn lowp_expert_positions(
+        expert: IntTensor<Self>,
+        experts: usize,
+    ) -> Result<(IntTensor<Self>, IntTensor<Self>)> {
+        crate::ops::token_routing::expert_positions_reference::<Self>(expert, experts)
+    }
+
+    /// The rows of the assignments at `position [T·k]` in `layout`, and the inverse maps.
+    fn lowp_route_rows(
+        position: IntTensor<Self>,
+        layout: &GroupLayout<Self>,
+        k: usize,
+    ) -> Result<crate::ops::TokenRoutes<Self>> {
+        crate::ops::token_routing::route_rows_reference::<Self>(position, layout, k)
+    }
+
+    /// Each token's k rows of the aligned `y [rows, cols]`, weighted by f32 `weights [T, k]`
+    /// (summed when `None`) in f32: `[T, cols]` in y's dtype.
+    fn lowp_combine_rows(
+        y: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::token_routing::combine_rows_reference::<Self>(y, weights, routes)
+    }
+
+    /// The gradient of `lowp_combine_rows` with respect to y: `[rows, cols]` in dout's dtype.
+    fn lowp_combine_rows_backward(
+        dout: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::token_routing::combine_rows_backward_reference::<Self>(dout, weights, routes)
+    }
+
+    /// The gradient of `lowp_combine_rows` with respect to its weights: f32 `[T, k]`.
+    fn lowp_combine_weights_grad(
+        dout: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        routes: &crate::ops::TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::token_routing::combine_weights_grad_reference::<Self>(dout, y, routes)
     }
 
     /// Uploads a host matrix as a `[rows, cols]` float tensor of the matrix's own dtype where the

@@ -1,8 +1,9 @@
-//! An MoE feed-forward layer: router -> permute (device) -> SwiGLU experts on the grouped GEMMs ->
-//! unpermute with the router weights (f32), plus an optional shared expert every token goes
-//! through (a SwiGLU MLP of `Linear`s). Dropless: every assignment is computed, whatever the load.
-//! No host read anywhere in forward (the grouped wgrad in backward reads the splits' host copy,
-//! requested when the layout was made).
+//! An MoE feed-forward layer: router -> dispatch (token rows into the experts' aligned batch, on
+//! the device) -> SwiGLU experts on the grouped GEMMs -> combine with the router weights (f32),
+//! plus an optional shared expert every token goes through (a SwiGLU MLP of `Linear`s).
+//! Dropless: every assignment is computed, whatever the load. No host read anywhere in forward
+//! (the grouped wgrad in backward reads the splits' host copy, requested when the layout was
+//! made).
 
 use burn::config::Config;
 use burn::module::Module;
@@ -10,12 +11,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
 use super::experts::{SwigluExperts, SwigluExpertsConfig};
-use super::permute::{permutation, permute, unpermute};
 use super::router::{Router, RouterConfig, ScoreFunction};
 use crate::error::LowpError;
-use crate::nn::grouped_linear::move_rows;
 use crate::nn::{fused, Linear, LinearConfig};
-use crate::ops::{LowpLinear, RowMove};
+use crate::ops::token_routing::{combine, dispatch, token_routes};
+use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
 #[derive(Config, Debug)]
@@ -127,19 +127,19 @@ impl<B: LowpLinear> MoeLayer<B> {
         is_first_microbatch: Option<bool>,
     ) -> Result<(Tensor<B, 2>, MoeAux<B>), LowpError> {
         let [tokens, _] = x.dims();
-        let routing = self.router.forward(x.clone());
-        let p = permutation(routing.expert_index.clone(), self.router.num_experts());
+        let k = self.router.top_k;
+        let routing = self.router.forward(x.clone())?;
         let layout = self
             .experts
             .fc1
-            .layout(p.m_splits.clone(), tokens * p.top_k)?;
-        let packed = permute(x.clone(), &p);
+            .layout(routing.tokens_per_expert.clone(), tokens * k)?;
+        let routes = token_routes::<B>(routing.position, &layout, k)?;
         let y = self.experts.forward_aligned(
-            move_rows(packed, &layout, RowMove::Pad),
+            dispatch(x.clone(), &routes)?,
             &layout,
             is_first_microbatch,
         )?;
-        let y = unpermute(move_rows(y, &layout, RowMove::Unpad), &p, routing.weights);
+        let y = combine(y, routing.weights, &routes)?;
         let y = match &self.shared {
             Some(shared) => y + shared.forward(x, is_first_microbatch)?,
             None => y,

@@ -8,8 +8,10 @@
 //!   aux-loss-free balancer: `update_expert_bias` moves it by `bias_update_rate` toward the mean
 //!   load (up for underloaded experts, down for overloaded ones), on the device.
 //!
-//! Everything runs on the device: top-k is k rounds of argmax (Burn's sort falls back to the host
-//! on CubeCL backends), and the loads are sums of one-hot rows.
+//! Everything runs on the device (`ops::token_routing`): the top-k choice (one kernel on CubeCL
+//! backends; Burn's sort would fall back to the host there), and the stable sort of the
+//! assignments by expert, which gives the loads and every assignment's place in the experts'
+//! batch.
 //! Load-balancing loss (Switch / Megatron): `coeff · E · Σ_i f_i · P_i`, `f_i` the fraction of
 //! the `T·k` assignments that went to expert i (no gradient), `P_i` the mean score of expert i over
 //! the tokens; a perfectly balanced router gives exactly `coeff`. z-loss (ST-MoE):
@@ -19,9 +21,12 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Distribution, FloatDType, Int, Tensor, TensorCreationOptions};
+use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorCreationOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::error::LowpError;
+use crate::ops::token_routing::{expert_positions, top_k};
+use crate::ops::LowpLinear;
 use crate::quant::state_tensor::OptionalState;
 use crate::quant::StateTensor;
 
@@ -80,6 +85,8 @@ pub struct Routing<B: Backend> {
     pub weights: Tensor<B, 2>,
     /// Assignments per expert `[E]` (the grouped GEMMs' `m_splits`).
     pub tokens_per_expert: Tensor<B, 1, Int>,
+    /// Each assignment's place `[T·k]` when sorted by expert, stably (`ops::token_routing`).
+    pub position: Tensor<B, 1, Int>,
     /// `aux_loss_coeff · E · Σ f_i P_i` (`[1]`, zero when the coefficient is 0).
     pub aux_loss: Tensor<B, 1>,
     /// `z_loss_coeff · mean(logsumexp²)` (`[1]`).
@@ -108,54 +115,9 @@ impl RouterConfig {
     }
 }
 
-/// The `k` largest entries of each row (`[T, E]` -> values and indices `[T, k]`, largest first;
-/// ties to the lower index), by k rounds of argmax on the device.
-pub fn top_k<B: Backend>(scores: Tensor<B, 2>, k: usize) -> Tensor<B, 2, Int> {
-    let [tokens, experts] = scores.dims();
-    let columns =
-        Tensor::<B, 1, Int>::arange(0..experts as i64, &scores.device()).reshape([1, experts]);
-    let mut remaining = scores;
-    let mut chosen = Vec::with_capacity(k);
-    for _ in 0..k {
-        let index = remaining.clone().argmax(1); // [T, 1]
-        let taken: Tensor<B, 2, Bool> = index
-            .clone()
-            .expand([tokens, experts])
-            .equal(columns.clone().expand([tokens, experts]));
-        remaining = remaining.mask_fill(taken, f32::NEG_INFINITY);
-        chosen.push(index);
-    }
-    Tensor::cat(chosen, 1)
-}
-
-/// Assignments per expert: the sum of one-hot rows of `expert_index` (`[T, k]` -> `[E]`).
-pub fn tokens_per_expert<B: Backend>(
-    expert_index: Tensor<B, 2, Int>,
-    experts: usize,
-) -> Tensor<B, 1, Int> {
-    one_hot(expert_index.reshape([-1]), experts).sum_dim(0).reshape([experts])
-}
-
-/// `[n]` indices -> `[n, classes]` 0/1 Int rows.
-pub(crate) fn one_hot<B: Backend>(index: Tensor<B, 1, Int>, classes: usize) -> Tensor<B, 2, Int> {
-    let [n] = index.dims();
-    let columns = Tensor::<B, 1, Int>::arange(0..classes as i64, &index.device())
-        .reshape([1, classes])
-        .expand([n, classes]);
-    index
-        .reshape([n, 1])
-        .expand([n, classes])
-        .equal(columns)
-        .int()
-}
-
-impl<B: Backend> Router<B> {
-    pub fn num_experts(&self) -> usize {
-        self.weight.dims()[1]
-    }
-
+impl<B: LowpLinear> Router<B> {
     /// Routes `x [T, hidden]` (any float dtype; the router computes in f32).
-    pub fn forward(&self, x: Tensor<B, 2>) -> Routing<B> {
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Routing<B>, LowpError> {
         let [tokens, _] = x.dims();
         let experts = self.num_experts();
         let logits = x.cast(FloatDType::F32).matmul(self.weight.val());
@@ -167,12 +129,12 @@ impl<B: Backend> Router<B> {
             Some(bias) => scores.clone().detach() + bias.value().reshape([1, experts]),
             None => scores.clone().detach(),
         };
-        let expert_index = top_k(selection, self.top_k);
+        let expert_index = top_k(selection, self.top_k)?;
         let mut weights = scores.clone().gather(1, expert_index.clone());
         if self.score_function == ScoreFunction::Sigmoid {
             weights = weights.clone() / weights.sum_dim(1);
         }
-        let tokens_per_expert = tokens_per_expert(expert_index.clone(), experts);
+        let (tokens_per_expert, position) = expert_positions(expert_index.clone(), experts)?;
         let device = logits.device();
         let zero = || Tensor::<B, 1>::zeros([1], TensorCreationOptions::new(device.clone()).with_dtype(FloatDType::F32.into()));
         let aux_loss = if self.aux_loss_coeff > 0.0 {
@@ -190,13 +152,20 @@ impl<B: Backend> Router<B> {
         } else {
             zero()
         };
-        Routing {
+        Ok(Routing {
             expert_index,
             weights,
             tokens_per_expert,
+            position,
             aux_loss,
             z_loss,
-        }
+        })
+    }
+}
+
+impl<B: Backend> Router<B> {
+    pub fn num_experts(&self) -> usize {
+        self.weight.dims()[1]
     }
 
     /// DeepSeek-V3's aux-loss-free balancing (sigmoid scoring; a no-op otherwise): each expert's

@@ -6,7 +6,7 @@
 //! The weights are one parameter `[E, out, in]` (`expert_weight(g)` views one), the biases
 //! `[E, out]`. Inside, tokens move to the aligned layout the grouped GEMMs take (each expert's
 //! rows start at a multiple of 128, zero padding) and back: `forward` does both moves,
-//! `forward_aligned` takes a batch already laid out (the MoE layer's permute produces it).
+//! `forward_aligned` takes a batch already laid out (the MoE layer's `dispatch` produces it).
 //!
 //! Micro-batches: `forward_microbatch(x, m_splits, Some(true))` quantizes the stacked weights and
 //! caches them, `Some(false)` reuses them (as `Linear`). `delay_wgrad_compute` keeps each weight

@@ -192,6 +192,31 @@ pub trait LowpLinear: Backend {
         tokens: usize,
     ) -> Result<GroupLayout<Self::Quant>>;
 
+    /// Int tensors to and from `Quant` (the same tensors: autodiff tracks no Int tensor).
+    fn int_to_quant(t: IntTensor<Self>) -> IntTensor<Self::Quant>;
+    fn int_from_quant(t: IntTensor<Self::Quant>) -> IntTensor<Self>;
+
+    /// Token rows into the experts' aligned batch (`ops/token_routing.rs`).
+    fn lowp_dispatch(
+        x: FloatTensor<Self>,
+        routes: &super::TokenRoutes<Self::Quant>,
+    ) -> FloatTensor<Self> {
+        Self::from_quant(super::token_routing::dispatch_rows(Self::to_quant(x), routes))
+    }
+
+    /// The experts' aligned rows back to tokens, weighted by the router (`ops/token_routing.rs`).
+    fn lowp_combine(
+        y: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        routes: &super::TokenRoutes<Self::Quant>,
+    ) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::token_routing::combine_rows(
+            Self::to_quant(y),
+            Self::to_quant(weights),
+            routes,
+        )?))
+    }
+
     /// Rows between the packed and aligned layouts of `layout` (`ops/grouped_rows.rs`).
     fn lowp_move_rows(
         t: FloatTensor<Self>,
@@ -365,6 +390,8 @@ macro_rules! forward_only_linear {
             type Quant = Self;
             fn to_quant(t: FloatTensor<Self>) -> FloatTensor<Self> { t }
             fn from_quant(t: FloatTensor<Self>) -> FloatTensor<Self> { t }
+            fn int_to_quant(t: IntTensor<Self>) -> IntTensor<Self> { t }
+            fn int_from_quant(t: IntTensor<Self>) -> IntTensor<Self> { t }
             fn lowp_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, op: LinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
                 let (y, _, qw) = forward(x, w, &op, false, false)?;
                 Ok((y, qw))
@@ -600,6 +627,26 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn from_quant(t: FloatTensor<B>) -> FloatTensor<Self> {
         <Self as AutodiffBackend>::from_inner(t)
+    }
+
+    fn int_to_quant(t: IntTensor<Self>) -> IntTensor<B> {
+        t
+    }
+
+    fn int_from_quant(t: IntTensor<B>) -> IntTensor<Self> {
+        t
+    }
+
+    fn lowp_dispatch(x: FloatTensor<Self>, routes: &super::TokenRoutes<B>) -> FloatTensor<Self> {
+        super::token_routing::dispatch_rows_autodiff::<B, C>(x, routes)
+    }
+
+    fn lowp_combine(
+        y: FloatTensor<Self>,
+        weights: FloatTensor<Self>,
+        routes: &super::TokenRoutes<B>,
+    ) -> Result<FloatTensor<Self>> {
+        super::token_routing::combine_rows_autodiff::<B, C>(y, weights, routes)
     }
 
     fn lowp_add_bias(y: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {

@@ -9,6 +9,7 @@ pub mod linear;
 pub mod norm_op;
 pub mod rope_op;
 pub mod softmax_op;
+pub mod token_routing;
 pub mod row_broadcast;
 pub mod row_reduce;
 
@@ -18,6 +19,7 @@ pub use grouped_linear::{
 };
 pub use grouped_rows::RowMove;
 pub use rope_op::RopePositions;
+pub use token_routing::TokenRoutes;
 pub use layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
 pub use activation::{Activation, ActivationParams, ActivationSpec};
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};
