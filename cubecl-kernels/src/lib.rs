@@ -44,6 +44,7 @@ pub mod scale;
 pub mod softmax;
 pub mod stats;
 pub mod stream_flags;
+pub mod sum_squares;
 pub mod swizzle;
 pub mod token_routing;
 

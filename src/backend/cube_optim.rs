@@ -3,15 +3,14 @@
 //! of 16-bit parameters (a pair would straddle the tensor's end) and moments that are not f32
 //! take the Burn-op reference instead.
 
-use burn::tensor::ops::FloatTensorOps;
-use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
+use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
 use kernels::adamw::AdamWScalars;
 
 use super::cube::{elem_kind, prepare};
-use crate::optim::adamw::{adamw_step_reference, min_positive, sum_of_squares};
+use crate::optim::adamw::{adamw_step_reference, min_positive};
 use crate::optim::{AdamWStep, AdamWTensors};
 
 pub(super) fn adamw_step<R, F, I, BT>(
@@ -43,11 +42,10 @@ where
     let grad_dtype = grad.dtype;
     let (param, grad) = (prepare(param), prepare(grad));
     let moments = moments.map(|(m, v)| (prepare(m), prepare(v)));
-    let sum_squares = step.grad_clip_norm.map(|_| {
-        type B<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-        let g = <B<R, F, I, BT> as FloatTensorOps<B<R, F, I, BT>>>::float_cast(grad.clone(), FloatDType::F32);
-        prepare(sum_of_squares::<B<R, F, I, BT>>(g))
-    });
+    // Σ g² read straight from the gradient in its own dtype (`kernels::sum_squares`).
+    let sum_squares = step
+        .grad_clip_norm
+        .map(|_| kernels::sum_squares::sum_squares(&grad.client, &grad.handle, n, grad_kind));
     let (correction_1, correction_2) = step.corrections();
     let scalars = AdamWScalars {
         lr: step.lr as f32,
@@ -67,7 +65,7 @@ where
         &grad.handle,
         grad_kind,
         moments.as_ref().map(|(m, v)| (&m.handle, &v.handle)),
-        sum_squares.as_ref().map(|s| &s.handle),
+        sum_squares.as_ref(),
         n,
         scalars,
     );
