@@ -5,8 +5,10 @@
 //! every thread, 999 Hz) over the steps after the first few (which compile kernels and autotune).
 //! It writes `flamegraph.svg` and `summary.txt`: per thread, CPU ms per step, the hottest
 //! functions by self time (collapsed onto their nearest Rust caller, since libcuda and libc have
-//! no symbols worth reading) and by inclusive time. Built with `--features host-profile`; without
-//! it, `--host-profile` is an error, not a silent no-op.
+//! no symbols worth reading) and by inclusive time; and, since a sampler of CPU time cannot see a
+//! thread that waits, the wall-clock phases of every cuBLASLt GEMM call (`backend::gemm_profile`:
+//! the round trips to CubeCL's device thread among them). Built with `--features host-profile`;
+//! without it, `--host-profile` is an error, not a silent no-op.
 
 use std::path::{Path, PathBuf};
 
@@ -49,6 +51,7 @@ impl HostProfile {
                 .frequency(FREQUENCY)
                 .build()
                 .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the sampler did not start: {e}")))?;
+            crate::backend::set_gemm_profiling(true);
             Ok(Self {
                 dir: dir.to_path_buf(),
                 guard,
@@ -86,7 +89,9 @@ impl HostProfile {
                     samples: count.max(0) as u64,
                 })
                 .collect();
-            let text = summary(&stacks, steps, FREQUENCY as f64);
+            let mut text = summary(&stacks, steps, FREQUENCY as f64);
+            text.push_str(&gemm_phases(&crate::backend::gemm_profile(), steps));
+            crate::backend::set_gemm_profiling(false);
             let path = self.dir.join("summary.txt");
             std::fs::write(&path, text).map_err(|e| LowpError::file(&path, e))?;
         }
@@ -179,9 +184,29 @@ pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
     out
 }
 
+/// The GEMM calls' wall-clock phases: occurrences per step, mean microseconds, ms per step.
+pub fn gemm_phases(phases: &[(crate::backend::GemmPhase, f64, u64)], steps: usize) -> String {
+    use std::fmt::Write as _;
+    let steps = steps.max(1) as f64;
+    let mut out = String::from("\n## cuBLASLt GEMM calls, wall clock (per step: calls, mean us, ms)\n");
+    for (phase, mean_us, count) in phases {
+        let per_step = *count as f64 / steps;
+        let _ = writeln!(out, "{:>20} {per_step:8.1} {mean_us:9.1} {:9.2}", phase.name(), per_step * mean_us / 1e3);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemm_phases_are_per_step() {
+        use crate::backend::GemmPhase;
+        let text = gemm_phases(&[(GemmPhase::ToDeviceThread, 250.0, 400)], 4);
+        // 100 calls per step of 250 us: 25 ms per step.
+        assert!(text.contains("    to_device_thread    100.0     250.0     25.00"), "{text}");
+    }
 
     #[test]
     fn hash_suffixes_are_dropped_and_other_names_kept() {
