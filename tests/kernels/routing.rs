@@ -107,6 +107,9 @@ fn routes<B: LowpBackend>(tokens: usize, k: usize, experts: usize, seed: u64, de
     let expert = random_experts(n, experts, seed);
     let (counts, position) = host_positions(&expert, experts);
     let layout = B::group_layout(int_tensor::<B>(&counts, device), n).unwrap();
+    // Wait for the splits' host copy (and check them) before launching more: on wgpu, a launch
+    // while CubeCL's staging buffer of that read is still mapped failed validation.
+    layout.check().unwrap();
     let routes = B::lowp_route_rows(int_tensor::<B>(&position, device), &layout, k).unwrap();
     (routes, counts, position)
 }
@@ -216,6 +219,7 @@ pub fn check_dispatch_combine_gradients<B: LowpBackend>(device: &B::Device) {
     let x = float(&x_values, [tokens, cols]).require_grad();
     let w = float(&w_values, [tokens, k]).require_grad();
     let layout = <A<B> as LowpLinear>::lowp_group_layout(int_tensor::<B>(&counts, device), n).unwrap();
+    layout.check().unwrap();
     let position = Tensor::<A<B>, 1, Int>::from_primitive(int_tensor::<B>(&position, device));
     let routes = token_routes::<A<B>>(position, &layout, k).unwrap();
     let packed = dispatch(x.clone(), &routes).unwrap();
