@@ -313,7 +313,7 @@ fn report_handshake(client: &ComputeClient<CudaRuntime>) {
         return;
     }
     let call = || {
-        run_group_on_cubecl_buffers(client, 0, &[], |_| Vec::new()).expect("handshake");
+        run_group_on_cubecl_buffers(client, 0, &[], (), |_| Vec::new()).expect("handshake");
     };
     let seconds = time(client, 400, 3, call);
     let host = host_time(client, 400, call);

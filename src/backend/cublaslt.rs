@@ -32,7 +32,9 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
+use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_lowp_kernels::cubecl::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
+use burn_lowp_kernels::cubecl::device_handle::DeviceHandle;
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
 use burn_lowp_kernels::cubecl::stream_id::StreamId;
@@ -945,28 +947,53 @@ pub fn timed_out_gemm(client: &ComputeClient<CudaRuntime>, device: usize) -> Res
 /// Runs a GEMM on CubeCL buffers. `buffers` are every buffer the GEMM reads or writes; `build`
 /// turns their device pointers (same order) into the GEMM.
 ///
-/// Everything runs as one task on CubeCL's device thread (`client.exclusive`), where CubeCL's
-/// own calls (launching the flag kernels, pinning each buffer) execute inline instead of each
-/// being a blocking round trip through its channel. It also means the cuBLASLt state lock is
-/// only ever taken on device threads, never by a thread that then waits for one.
+/// Everything runs as one task on CubeCL's device thread, where CubeCL's own calls (launching
+/// the flag kernels, pinning each buffer) execute inline instead of each being a blocking round
+/// trip through its channel. It also means the cuBLASLt state lock is only ever taken on device
+/// threads, never by a thread that then waits for one.
 pub fn run_on_cubecl_buffers(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
-    build: impl FnOnce(&[u64]) -> LtGemm + Send,
+    build: impl FnOnce(&[u64]) -> LtGemm + Send + 'static,
 ) -> Result<()> {
-    run_group_on_cubecl_buffers(client, device, buffers, |pointers| vec![build(pointers)])
+    run_group_on_cubecl_buffers(client, device, buffers, (), move |pointers| vec![build(pointers)])
 }
 
 /// Runs a group of GEMMs on CubeCL buffers with one handshake (see the module docs); `build`
-/// turns the buffers' device pointers into the GEMMs, which spread over our streams.
-pub fn run_group_on_cubecl_buffers(
+/// turns the buffers' device pointers into the GEMMs, which spread over our streams; `keep`
+/// (tensors whose memory the GEMMs read) lives until the GEMMs are queued.
+///
+/// With `DeviceFlags` ordering the call does not wait for CubeCL's device thread: the task is
+/// queued behind the launches already queued (the operands' producers) and the calling thread
+/// goes on queueing work, which the flags order after the GEMMs. (A blocking round trip per
+/// call cost about a millisecond of wall clock in the MoE step, where the device thread has
+/// usually gone to sleep between calls.) A failure on the device thread (a misaligned operand,
+/// a cuBLASLt error) cannot be returned by this call: the group's outputs are then not written,
+/// and the error is returned by the next GEMM call of the process, or by `deferred_gemm_error`.
+/// `HostSync` ordering waits, as it must.
+pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
-    build: impl FnOnce(&[u64]) -> Vec<LtGemm> + Send,
+    keep: K,
+    build: impl FnOnce(&[u64]) -> Vec<LtGemm> + Send + 'static,
 ) -> Result<()> {
+    deferred_gemm_error()?;
     let handed = profile::start();
+    if stream_ordering() == StreamOrdering::DeviceFlags {
+        let handles: Vec<Handle> = buffers.iter().map(|h| (*h).clone()).collect();
+        let task_client = client.clone();
+        device_thread(device).submit(move |_: &mut GemmTasks| {
+            let started = profile::record(GemmPhase::ToDeviceThread, handed);
+            let buffers: Vec<&Handle> = handles.iter().collect();
+            if let Err(e) = run_on_device_thread(&task_client, device, &buffers, build, started) {
+                defer_gemm_error(e);
+            }
+            drop(keep);
+        });
+        return Ok(());
+    }
     let (result, finished) = client
         .exclusive(|| {
             let started = profile::record(GemmPhase::ToDeviceThread, handed);
@@ -975,7 +1002,52 @@ pub fn run_group_on_cubecl_buffers(
         })
         .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?;
     profile::record(GemmPhase::FromDeviceThread, finished);
+    drop(keep);
     result
+}
+
+/// A service with no state on CubeCL's device thread of a device: its tasks run on that thread,
+/// in order with CubeCL's own (one queue per device and stage), but borrow only this empty
+/// state. A task submitted for CubeCL's server would hold the server's state while it runs, and
+/// the handshake's own CubeCL calls (the flag kernels, `get_resource`), which run inline on that
+/// thread, borrow it again: the first such task panicked with the state already borrowed.
+struct GemmTasks;
+
+impl DeviceService for GemmTasks {
+    fn init(_device: DeviceId) -> Self {
+        GemmTasks
+    }
+
+    fn utilities(&self) -> ServerUtilitiesHandle {
+        Arc::new(())
+    }
+}
+
+/// The queue of CubeCL's device thread of CUDA device `device`, for `GemmTasks`.
+fn device_thread(device: usize) -> DeviceHandle<GemmTasks> {
+    DeviceHandle::new(CudaDevice::new(device).to_id())
+}
+
+/// The first error of a GEMM that failed on CubeCL's device thread since the last call.
+static DEFERRED_ERROR: Mutex<Option<LowpError>> = Mutex::new(None);
+
+fn defer_gemm_error(e: LowpError) {
+    let mut slot = DEFERRED_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert(e);
+}
+
+/// Returns (and clears) the error of a GEMM that failed on CubeCL's device thread after its call
+/// had returned (`run_group_on_cubecl_buffers`); its outputs were not written.
+pub fn deferred_gemm_error() -> Result<()> {
+    let mut slot = DEFERRED_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+    match slot.take() {
+        Some(e) => Err(LowpError::invalid(
+            "an earlier cuBLASLt GEMM",
+            e,
+            "failed on CubeCL's device thread after its call returned; its output was not written",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn run_on_device_thread(

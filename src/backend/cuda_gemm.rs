@@ -583,7 +583,7 @@ pub(crate) fn run_prepared<R: CubeRuntime>(
         builds.push((p.handles.len(), p.build));
         keep.extend(p.keep);
     }
-    run_group_on_cubecl_buffers(cuda_client(client), device_index, &buffers, move |ptr| {
+    run_group_on_cubecl_buffers(cuda_client(client), device_index, &buffers, keep, move |ptr| {
         let mut next = 0;
         builds
             .into_iter()
@@ -593,7 +593,5 @@ pub(crate) fn run_prepared<R: CubeRuntime>(
                 gemm
             })
             .collect()
-    })?;
-    drop(keep);
-    Ok(())
+    })
 }
