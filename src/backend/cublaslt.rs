@@ -987,8 +987,16 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
         device_thread(device).submit(move |_: &mut GemmTasks| {
             let started = profile::record(GemmPhase::ToDeviceThread, handed);
             let buffers: Vec<&Handle> = handles.iter().collect();
-            if let Err(e) = run_on_device_thread(&task_client, device, &buffers, build, started) {
-                defer_gemm_error(e);
+            // A panic would otherwise be caught (and only logged) by CubeCL's channel.
+            let run = || run_on_device_thread(&task_client, device, &buffers, build, started);
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => defer_gemm_error(e),
+                Err(panic) => defer_gemm_error(LowpError::invalid(
+                    "cuBLASLt GEMM task",
+                    panic_message(panic.as_ref()),
+                    "panicked on CubeCL's device thread",
+                )),
             }
             drop(keep);
         });
@@ -1026,6 +1034,15 @@ impl DeviceService for GemmTasks {
 /// The queue of CubeCL's device thread of CUDA device `device`, for `GemmTasks`.
 fn device_thread(device: usize) -> DeviceHandle<GemmTasks> {
     DeviceHandle::new(CudaDevice::new(device).to_id())
+}
+
+/// The text of a caught panic's payload.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_string(),
+    }
 }
 
 /// The first error of a GEMM that failed on CubeCL's device thread since the last call.
