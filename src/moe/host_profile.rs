@@ -62,6 +62,7 @@ impl HostProfile {
     }
 
     /// Stops sampling and writes `flamegraph.svg` and `summary.txt` for `steps` sampled steps.
+    #[cfg_attr(not(feature = "host-profile"), allow(unused_variables))]
     pub fn finish(self, steps: usize) -> Result<PathBuf, LowpError> {
         #[cfg(feature = "host-profile")]
         {
