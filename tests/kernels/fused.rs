@@ -28,7 +28,7 @@ use burn_lowp::optim::{AdamWStep, FusedAdamWConfig};
 
 use crate::common::{read_f32, SplitMix};
 
-fn values(n: usize, seed: u64, std: f64, dtype: InputDtype) -> Vec<f32> {
+pub(crate) fn values(n: usize, seed: u64, std: f64, dtype: InputDtype) -> Vec<f32> {
     let mut rng = SplitMix(seed);
     (0..n).map(|_| dtype.round((std * rng.normal()) as f32)).collect()
 }
@@ -40,7 +40,7 @@ fn vector<B: LowpBackend>(values: Vec<f32>, dtype: InputDtype, device: &B::Devic
 }
 
 /// `|got - want| <= rel · |want| + abs` everywhere.
-fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
+pub(crate) fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let err = (g - w).abs();

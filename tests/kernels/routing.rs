@@ -18,6 +18,7 @@ use burn_lowp::ops::token_routing::{combine, dispatch, token_routes};
 use burn_lowp::ops::{LowpLinear, TokenRoutes};
 
 use crate::common::{read_f32, SplitMix};
+use crate::fused::{assert_close, values};
 
 fn ints<B: LowpBackend>(t: IntTensor<B>) -> Vec<i64> {
     burn::tensor::read_sync(B::int_into_data(t)).unwrap().convert::<i64>().into_vec().unwrap()
@@ -29,11 +30,6 @@ fn int_tensor<B: LowpBackend>(values: &[i64], device: &B::Device) -> IntTensor<B
 
 fn matrix<B: LowpBackend>(rows: usize, cols: usize, values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
     B::float_from_host(&HostMatrix::new("m", rows, cols, dtype, values).unwrap(), device)
-}
-
-fn gaussians(n: usize, seed: u64, dtype: InputDtype) -> Vec<f32> {
-    let mut rng = SplitMix(seed);
-    (0..n).map(|_| dtype.round(rng.normal() as f32)).collect()
 }
 
 /// Experts of `n` assignments in `0..experts`, expert 1 never chosen (an empty group).
@@ -56,14 +52,6 @@ fn host_positions(expert: &[i64], experts: usize) -> (Vec<i64>, Vec<i64>) {
     let mut next: Vec<i64> = counts.iter().scan(0, |s, &c| { let start = *s; *s += c; Some(start) }).collect();
     let position = expert.iter().map(|&e| { let p = next[e as usize]; next[e as usize] += 1; p }).collect();
     (counts, position)
-}
-
-/// `|got - want| <= rel · |want| + abs` everywhere.
-fn assert_close(got: &[f32], want: &[f32], rel: f32, abs: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= rel * w.abs() + abs, "{what}[{i}]: {g} vs {w}");
-    }
 }
 
 /// Top-k of scores with ties (values on a grid of 0.25) against a host sort (largest first,
@@ -146,11 +134,11 @@ pub fn check_combine<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) 
     let rows_of = ints::<B>(routes.assignment_row.clone());
     let row_assignment = ints::<B>(routes.row_assignment.clone());
     let rows = routes.rows;
-    let weights = gaussians(n, 8, InputDtype::F32);
+    let weights = values(n, 8, 1.0, InputDtype::F32);
     for &dtype in dtypes {
         let context = format!("{dtype:?}");
-        let y = gaussians(rows * cols, 9, dtype);
-        let dout = gaussians(tokens * cols, 10, dtype);
+        let y = values(rows * cols, 9, 1.0, dtype);
+        let dout = values(tokens * cols, 10, 1.0, dtype);
         let y_t = || matrix::<B>(rows, cols, y.clone(), dtype, device);
         let dout_t = || matrix::<B>(tokens, cols, dout.clone(), dtype, device);
         let w_t = || matrix::<B>(tokens, k, weights.clone(), InputDtype::F32, device);
@@ -212,9 +200,9 @@ pub fn check_dispatch_combine_gradients<B: LowpBackend>(device: &B::Device) {
     let n = tokens * k;
     let expert = random_experts(n, experts, 11);
     let (counts, position) = host_positions(&expert, experts);
-    let x_values = gaussians(tokens * cols, 12, InputDtype::F32);
-    let w_values = gaussians(n, 13, InputDtype::F32);
-    let g_values = gaussians(tokens * cols, 14, InputDtype::F32);
+    let x_values = values(tokens * cols, 12, 1.0, InputDtype::F32);
+    let w_values = values(n, 13, 1.0, InputDtype::F32);
+    let g_values = values(tokens * cols, 14, 1.0, InputDtype::F32);
     let float = |v: &[f32], shape: [usize; 2]| Tensor::<A<B>, 2>::from_data(TensorData::new(v.to_vec(), shape), device);
     let x = float(&x_values, [tokens, cols]).require_grad();
     let w = float(&w_values, [tokens, k]).require_grad();
