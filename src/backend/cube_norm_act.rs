@@ -38,7 +38,7 @@ fn same_dtype<R: CubeRuntime>(t: &CubeTensor<R>, dtype: DType, what: &str) -> Re
     Ok(())
 }
 
-fn f32_tensor<R: CubeRuntime>(
+pub(super) fn f32_tensor<R: CubeRuntime>(
     like: &CubeTensor<R>,
     handle: kernels::cubecl::server::Handle,
     shape: Vec<usize>,
@@ -52,7 +52,7 @@ fn f32_tensor<R: CubeRuntime>(
     )
 }
 
-fn like<R: CubeRuntime>(
+pub(super) fn like<R: CubeRuntime>(
     t: &CubeTensor<R>,
     handle: kernels::cubecl::server::Handle,
     shape: [usize; 2],

@@ -15,6 +15,7 @@ use kernels::norm::WordMatrix;
 use kernels::token_routing as routing;
 
 use super::cube::{elem_kind, kernel_error, prepare};
+use super::cube_norm_act::{f32_tensor, like};
 use super::{GroupLayout, LowpBackend};
 use crate::error::Result;
 use crate::ops::token_routing::{self as reference, TokenRoutes};
@@ -57,10 +58,6 @@ fn int_tensor<R: CubeRuntime>(like: &CubeTensor<R>, handle: Handle, shape: Vec<u
     } else {
         Plain::<R>::int_cast(t, IntDType::from(int))
     }
-}
-
-fn float_tensor<R: CubeRuntime>(like: &CubeTensor<R>, handle: Handle, shape: [usize; 2], dtype: DType) -> CubeTensor<R> {
-    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), Shape::new(shape), handle, dtype)
 }
 
 fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> (usize, usize) {
@@ -155,7 +152,7 @@ pub(super) fn combine<R: CubeRuntime, B: CubeTensors<R>>(
         routes.top_k,
     )
     .map_err(kernel_error("expert rows"))?;
-    Ok(float_tensor(&y, out, [routes.tokens, cols], y.dtype))
+    Ok(like(&y, out, [routes.tokens, cols]))
 }
 
 pub(super) fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
@@ -181,7 +178,7 @@ pub(super) fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
         routes.rows,
     )
     .map_err(kernel_error("combined rows' gradient"))?;
-    Ok(float_tensor(&dout, dy, [routes.rows, cols], dout.dtype))
+    Ok(like(&dout, dy, [routes.rows, cols]))
 }
 
 pub(super) fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
@@ -205,5 +202,5 @@ pub(super) fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
     let matrix = WordMatrix { handle: &dout.handle, rows: tokens, cols, kind };
     let dw = routing::combine_weights_grad(&dout.client, matrix, &y.handle, rows, &assignment_row.handle, routes.top_k)
         .map_err(kernel_error("combined rows' gradient"))?;
-    Ok(float_tensor(&dout, dw, [tokens, routes.top_k], DType::F32))
+    Ok(f32_tensor(&dout, dw, vec![tokens, routes.top_k]))
 }
