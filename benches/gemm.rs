@@ -200,6 +200,7 @@ fn main() {
             d_dtype: DataType::CUDA_R_16BF,
             fast_accum: false,
             batch: None,
+            strided: None,
             autotune: true,
         };
         let raw = |count: usize| {

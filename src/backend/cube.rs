@@ -606,6 +606,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::gemm::dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
     }
 
+    fn lowp_batched_matmul(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        t: crate::ops::batched_matmul::Transposes,
+    ) -> Result<FloatTensor<Self>> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_batched::batched_matmul::<R, F, I, BT>(a, b, t);
+        }
+        crate::ops::batched_matmul::batched_matmul_reference::<Self>(a, b, t)
+    }
+
     fn lowp_gemm_group(calls: Vec<super::GemmCall<'_, Self>>) -> Result<Vec<FloatTensor<Self>>> {
         #[cfg(feature = "cuda")]
         if super::cuda_gemm::is_cuda::<R>() {

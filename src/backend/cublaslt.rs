@@ -120,6 +120,16 @@ pub struct LtBatch {
     pub pointers: u64,
 }
 
+/// A strided batch of `count` GEMMs of one shape: entry i reads A at `a + i * a` elements (and
+/// B, D likewise); attention's per-head products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LtStrided {
+    pub count: u64,
+    pub a: i64,
+    pub b: i64,
+    pub d: i64,
+}
+
 /// Bytes of the three pointer arrays of a batch of `count` entries (each 16-byte aligned).
 pub fn pointer_array_bytes(count: usize) -> usize {
     3 * count.div_ceil(2) * 16
@@ -142,6 +152,8 @@ pub struct LtGemm {
     pub fast_accum: bool,
     /// A pointer-array batch rather than one GEMM.
     pub batch: Option<LtBatch>,
+    /// A strided batch rather than one GEMM (not with `batch`).
+    pub strided: Option<LtStrided>,
     /// Time cuBLASLt's candidate algorithms on the first GEMM of this shape (one host wait);
     /// off for shapes that change every step (a group's token count), which take the heuristic's
     /// first choice.
@@ -170,6 +182,7 @@ impl LtGemm {
             fast_accum: self.fast_accum,
             has_c: self.c.is_some(),
             batch: self.batch.map(|b| b.count),
+            strided: self.strided,
         }
     }
 }
@@ -187,6 +200,7 @@ struct PlanKey {
     fast_accum: bool,
     has_c: bool,
     batch: Option<u64>,
+    strided: Option<LtStrided>,
 }
 
 /// A GEMM shape's matmul descriptor, layouts and chosen algorithm, made on its first call and kept
@@ -434,18 +448,25 @@ impl CublasLt {
             (g.k, g.n)
         };
         let mut layouts = Vec::with_capacity(3);
+        let strides = match g.strided {
+            Some(s) => [Some(s.a), Some(s.b), Some(s.d)],
+            None => [None; 3],
+        };
         let made = [
-            (g.a.dtype, a_rows, a_cols, g.a.ld, "layout A"),
-            (g.b.dtype, b_rows, b_cols, g.b.ld, "layout B"),
-            (g.d_dtype, g.m, g.n, g.m as i64, "layout D"),
+            (g.a.dtype, a_rows, a_cols, g.a.ld, strides[0], "layout A"),
+            (g.b.dtype, b_rows, b_cols, g.b.ld, strides[1], "layout B"),
+            (g.d_dtype, g.m, g.n, g.m as i64, strides[2], "layout D"),
         ]
         .into_iter()
-        .try_for_each(|(dtype, rows, cols, ld, what)| {
+        .try_for_each(|(dtype, rows, cols, ld, stride, what)| {
             let layout = lt::create_matrix_layout(dtype, rows, cols, ld).map_err(lt_error(what))?;
             layouts.push(layout);
-            match &g.batch {
-                Some(batch) => unsafe { set_batched(layout, batch.count as i32) },
-                None => Ok(()),
+            match (&g.batch, g.strided, stride) {
+                (Some(batch), _, _) => unsafe { set_batched(layout, batch.count as i32) },
+                (None, Some(strided), Some(stride)) => unsafe {
+                    set_strided(layout, strided.count as i32, stride)
+                },
+                _ => Ok(()),
             }
         });
         let (a, b, d) = match (made, layouts.as_slice()) {
@@ -884,6 +905,27 @@ unsafe fn set_batched(layout: lts::cublasLtMatrixLayout_t, count: i32) -> Result
         .map_err(lt_error("set layout attribute"))?;
     }
     Ok(())
+}
+
+/// Marks a matrix layout as a strided batch of `count` matrices `stride` elements apart.
+unsafe fn set_strided(layout: lts::cublasLtMatrixLayout_t, count: i32, stride: i64) -> Result<()> {
+    use lts::cublasLtMatrixLayoutAttribute_t as L;
+    unsafe {
+        lt::set_matrix_layout_attribute(
+            layout,
+            L::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+            &count as *const i32 as *const c_void,
+            std::mem::size_of::<i32>(),
+        )
+        .map_err(lt_error("set layout batch count"))?;
+        lt::set_matrix_layout_attribute(
+            layout,
+            L::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+            &stride as *const i64 as *const c_void,
+            std::mem::size_of::<i64>(),
+        )
+        .map_err(lt_error("set layout batch stride"))
+    }
 }
 
 fn pin_buffers(

@@ -183,7 +183,7 @@ pub(crate) fn fp8_type(fp8: Fp8Format) -> DataType {
 }
 
 /// A contiguous `[rows, cols]` tensor whose data starts 16-byte aligned.
-fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(crate) fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     t: CubeTensor<R>,
     rows: usize,
     cols: usize,
@@ -439,6 +439,7 @@ pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
             d_dtype: d_type,
             fast_accum,
             batch: None,
+            strided: None,
             autotune,
         }
     });

@@ -242,6 +242,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 d_chunk_stride: (chunk * m * element_bytes(d_type)) as u64,
                 pointers: ptr[3],
             }),
+            strided: None,
             autotune: true,
         },
     )?;

@@ -24,6 +24,8 @@ pub mod cublaslt;
 #[cfg(feature = "cuda")]
 pub mod cuda_gemm;
 #[cfg(feature = "cuda")]
+mod cuda_batched;
+#[cfg(feature = "cuda")]
 pub mod cuda_grouped;
 pub mod device;
 pub mod gemm;
@@ -408,6 +410,17 @@ pub trait LowpBackend: Backend {
         scale: f32,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::softmax_op::causal_softmax_backward_reference::<Self>(p, dp, scale)
+    }
+
+    /// `op(a) · op(b)` for `a`, `b` `[batch, rows, cols]` of one float dtype, `t` saying which
+    /// enter transposed (`ops/batched_matmul.rs`). The default is Burn's matmul; CUDA runs one
+    /// strided-batch cuBLASLt call.
+    fn lowp_batched_matmul(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        t: crate::ops::batched_matmul::Transposes,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::batched_matmul::batched_matmul_reference::<Self>(a, b, t)
     }
 
     /// The path `lowp_gemm` takes for these operands.

@@ -8,6 +8,7 @@
 //! let h = burn_lowp::nn::fused::rms_norm(&self.norm, x)?; // instead of self.norm.forward(x)
 //! let a = burn_lowp::nn::fused::swiglu(h)?; // silu(h[:, :F]) * h[:, F:]
 //! let o = burn_lowp::nn::fused::causal_attention(q, k, v, None)?; // attention(.., is_causal)
+//! let y = burn_lowp::nn::fused::matmul(x, w, Transposes::default())?; // x.matmul(w)
 //! ```
 
 use burn::nn::{RmsNorm, RotaryEncoding};
@@ -15,6 +16,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::backend::norm_act::NormSpec;
 use crate::error::{LowpError, Result};
+pub use crate::ops::batched_matmul::Transposes;
 use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear, RopePositions};
 
 /// `norm.forward(x)` for Burn's `RmsNorm` on `x [rows, d_model]`: `x / rms(x) · γ`, the mean of
@@ -66,11 +68,34 @@ pub fn rope<B: LowpLinear>(rope: &RotaryEncoding<B>, x: Tensor<B, 4>) -> Result<
     Ok(y.reshape([batch, heads, seq, head]))
 }
 
+/// `op(a) · op(b)` for `a`, `b` `[batch, rows, cols]` of one float dtype, `t` saying which enter
+/// transposed (`a` stored `[batch, k, m]` for `aᵀ`, `b` stored `[batch, n, k]` for `bᵀ`): one
+/// cuBLASLt strided batch each way on CUDA (`ops/batched_matmul.rs`), Burn's matmul elsewhere.
+pub fn batched_matmul<B: LowpLinear>(
+    a: Tensor<B, 3>,
+    b: Tensor<B, 3>,
+    t: Transposes,
+) -> Result<Tensor<B, 3>> {
+    let c = B::lowp_batched_matmul(
+        a.into_primitive().tensor(),
+        b.into_primitive().tensor(),
+        t,
+    )?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(c)))
+}
+
+/// `op(a) · op(b)` for matrices `a`, `b` (see `batched_matmul`).
+pub fn matmul<B: LowpLinear>(a: Tensor<B, 2>, b: Tensor<B, 2>, t: Transposes) -> Result<Tensor<B, 2>> {
+    let c = batched_matmul(a.unsqueeze::<3>(), b.unsqueeze::<3>(), t)?;
+    let [_, m, n] = c.dims();
+    Ok(c.reshape([m, n]))
+}
+
 /// Causal self-attention of `q, k, v [batch, heads, seq, head]` as Burn's
 /// `module::attention(q, k, v, None, None, AttentionModuleOptions { is_causal: true, .. })`
 /// computes it for training (Autodiff runs Burn's decomposed fallback): `softmax(scale · q·kᵀ)
 /// masked to the keys at or before each query, times v`, with `scale` defaulting to
-/// `1/sqrt(head)`. The two matmuls stay Burn's; the scale, mask and softmax are one kernel
+/// `1/sqrt(head)`. The two products are `batched_matmul`s; the scale, mask and softmax are one kernel
 /// forward and one backward (`ops/softmax_op.rs`) instead of about fifteen launches forward and
 /// their gradients backward. The softmax is f32, rounded to the scores' dtype once.
 pub fn causal_attention<B: LowpLinear>(
@@ -88,8 +113,20 @@ pub fn causal_attention<B: LowpLinear>(
         ));
     }
     let scale = scale.unwrap_or(1.0 / (head as f64).sqrt()) as f32;
-    let scores = q.matmul(k.swap_dims(2, 3)).reshape([batch * heads * seq, seq]);
+    let head_v = v.dims()[3];
+    let per_head = |t: Tensor<B, 4>, cols| t.reshape([batch * heads, seq, cols]);
+    let scores = batched_matmul(
+        per_head(q, head),
+        per_head(k, head),
+        Transposes { a: false, b: true },
+    )?
+    .reshape([batch * heads * seq, seq]);
     let p = B::lowp_causal_softmax(scores.into_primitive().tensor(), scale)?;
     let p: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(p));
-    Ok(p.reshape([batch, heads, seq, seq]).matmul(v))
+    let o = batched_matmul(
+        p.reshape([batch * heads, seq, seq]),
+        per_head(v, head_v),
+        Transposes::default(),
+    )?;
+    Ok(o.reshape([batch, heads, seq, head_v]))
 }

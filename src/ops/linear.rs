@@ -267,6 +267,19 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
+    /// `op(a) · op(b)` for `[batch, rows, cols]` operands (`ops/batched_matmul.rs`).
+    fn lowp_batched_matmul(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        t: super::batched_matmul::Transposes,
+    ) -> Result<FloatTensor<Self>> {
+        Ok(Self::from_quant(super::batched_matmul::batched_matmul::<Self::Quant>(
+            Self::to_quant(a),
+            Self::to_quant(b),
+            t,
+        )?))
+    }
+
     /// An activation (`ops::activation`) of the rows of `h`, one pass each way
     /// (`ops/activation_op.rs`).
     fn lowp_activation_rows(
@@ -718,6 +731,14 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
         super::softmax_op::causal_softmax_rows_autodiff::<B, C>(x, scale)
+    }
+
+    fn lowp_batched_matmul(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        t: super::batched_matmul::Transposes,
+    ) -> Result<FloatTensor<Self>> {
+        super::batched_matmul::batched_matmul_autodiff::<B, C>(a, b, t)
     }
 
     fn lowp_linear(

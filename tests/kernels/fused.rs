@@ -2,8 +2,8 @@
 //! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
 //! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, the
-//! fused RoPE against Burn's `RotaryEncoding`, and the fused causal attention against Burn's
-//! `module::attention`.
+//! fused RoPE against Burn's `RotaryEncoding`, the fused causal attention against Burn's
+//! `module::attention`, and the batched matmul (cuBLASLt on CUDA) against a host product.
 //!
 //! Tolerances: on NdArray the default bodies are Burn's own ops, so those comparisons are exact.
 //! The kernels compute the same f32 operations in the same order, but GPU compilers may contract
@@ -357,6 +357,106 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
     assert!(B::lowp_causal_softmax(scores, 1.0).is_err());
 }
 
+/// `nn::fused::batched_matmul` on `Autodiff<B>` for every pair of transpose flags against the
+/// product and its gradients taken on the host in f64 from their definitions (`C = op(A)·op(B)`,
+/// loss `Σ C·W`: `d op(A) = W·op(B)ᵀ`, `d op(B) = op(A)ᵀ·W`), f32 operands; on the other `dtypes`,
+/// the backend's product of 16-bit operands against its f32 product of the same values within
+/// one rounding; `fused::matmul` on matrices; mismatched shapes as errors.
+pub fn check_batched_matmul_against_host<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], exact: bool) {
+    use burn_lowp::ops::batched_matmul::{batched_matmul, Transposes};
+    type A<B> = Autodiff<B>;
+    let f32s = InputDtype::F32;
+    let read = |t: Tensor<B, 3>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let (batch, m, k, n) = (3, 24, 40, 16);
+    // Element (r, c) of the stored [rows, cols] matrix i, read as its transpose when `t`.
+    let at = |v: &[f32], i: usize, rows: usize, cols: usize, t: bool, r: usize, c: usize| -> f64 {
+        let (r, c) = if t { (c, r) } else { (r, c) };
+        v[i * rows * cols + r * cols + c] as f64
+    };
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let a_shape = if ta { [batch, k, m] } else { [batch, m, k] };
+        let b_shape = if tb { [batch, n, k] } else { [batch, k, n] };
+        let (av, bv, wv) = (
+            values(batch * m * k, 51, 1.0, f32s),
+            values(batch * k * n, 52, 1.0, f32s),
+            values(batch * m * n, 53, 1.0, f32s),
+        );
+        let tensor = |v: &[f32], shape: [usize; 3]| Tensor::<A<B>, 3>::from_data(TensorData::new(v.to_vec(), shape), device);
+        let (a, b, w) = (tensor(&av, a_shape).require_grad(), tensor(&bv, b_shape).require_grad(), tensor(&wv, [batch, m, n]));
+        let c = fused::batched_matmul(a.clone(), b.clone(), Transposes { a: ta, b: tb }).unwrap();
+        let grads = (c.clone() * w).sum().backward();
+
+        let (mut c_ref, mut da_ref, mut db_ref) = (vec![0f32; batch * m * n], vec![0f32; batch * m * k], vec![0f32; batch * k * n]);
+        let (a_dims, b_dims) = ((a_shape[1], a_shape[2]), (b_shape[1], b_shape[2]));
+        for i in 0..batch {
+            let opa = |r, c| at(&av, i, a_dims.0, a_dims.1, ta, r, c);
+            let opb = |r, c| at(&bv, i, b_dims.0, b_dims.1, tb, r, c);
+            let wt = |r, c| at(&wv, i, m, n, false, r, c);
+            for r in 0..m {
+                for c in 0..n {
+                    c_ref[i * m * n + r * n + c] = (0..k).map(|p| opa(r, p) * opb(p, c)).sum::<f64>() as f32;
+                }
+            }
+            // d op(A) [m, k] and d op(B) [k, n], stored back in A's and B's own layouts.
+            for r in 0..m {
+                for p in 0..k {
+                    let g = (0..n).map(|c| wt(r, c) * opb(p, c)).sum::<f64>() as f32;
+                    let idx = if ta { p * m + r } else { r * k + p };
+                    da_ref[i * m * k + idx] = g;
+                }
+            }
+            for p in 0..k {
+                for c in 0..n {
+                    let g = (0..m).map(|r| opa(r, p) * wt(r, c)).sum::<f64>() as f32;
+                    let idx = if tb { c * k + p } else { p * n + c };
+                    db_ref[i * k * n + idx] = g;
+                }
+            }
+        }
+        // f32 products of 40 (24, 16) terms of unit size against f64: the sums' rounding.
+        let (rel, abs) = if exact { (1e-5, 1e-5) } else { (1e-4, 1e-4) };
+        let what = format!("transposed a {ta}, b {tb}");
+        assert_close(&read(c.inner()), &c_ref, rel, abs, &format!("{what}: product"));
+        assert_close(&read(a.grad(&grads).unwrap()), &da_ref, rel, abs, &format!("{what}: da"));
+        assert_close(&read(b.grad(&grads).unwrap()), &db_ref, rel, abs, &format!("{what}: db"));
+    }
+
+    // 16-bit operands: one rounding of the f32 product of the same (rounded) values.
+    for &dtype in dtypes.iter().filter(|&&d| d != f32s) {
+        let matrix = |name: &str, seed: u64, rows: usize, cols: usize| {
+            let v = values(rows * cols, seed, 1.0, dtype);
+            let t = B::float_from_host(&HostMatrix::new(name, rows, cols, dtype, v.clone()).unwrap(), device);
+            let t32 = B::float_from_host(&HostMatrix::new(name, rows, cols, f32s, v).unwrap(), device);
+            let shape = burn::tensor::Shape::new([batch, rows / batch, cols]);
+            (B::float_reshape(t, shape.clone()), B::float_reshape(t32, shape))
+        };
+        let (a, a32) = matrix("a", 54, batch * m, k);
+        let (b, b32) = matrix("b", 55, batch * n, k);
+        let t = Transposes { a: false, b: true };
+        let c = batched_matmul::<B>(a, b, t).unwrap();
+        let c32 = batched_matmul::<B>(a32, b32, t).unwrap();
+        let got = read(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(c)));
+        let want = read(Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(c32)));
+        assert_close(&got, &want, ulp(dtype), 1e-4, &format!("{dtype:?} product"));
+    }
+
+    // Matrices, and bad operands as errors (not panics).
+    let (xv, yv) = (values(6 * 8, 56, 1.0, f32s), values(8 * 4, 57, 1.0, f32s));
+    let x = Tensor::<A<B>, 2>::from_data(TensorData::new(xv.clone(), [6, 8]), device);
+    let y = Tensor::<A<B>, 2>::from_data(TensorData::new(yv.clone(), [8, 4]), device);
+    let xy_ref: Vec<f32> = (0..6 * 4)
+        .map(|e| (0..8).map(|p| xv[e / 4 * 8 + p] as f64 * yv[p * 4 + e % 4] as f64).sum::<f64>() as f32)
+        .collect();
+    let (rel, abs) = if exact { (1e-5, 1e-5) } else { (1e-4, 1e-4) };
+    let xy = fused::matmul(x.clone(), y.clone(), Transposes::default()).unwrap();
+    let xy = xy.inner().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    assert_close(&xy, &xy_ref, rel, abs, "matrix product");
+    let z = |shape: [usize; 3]| Tensor::<A<B>, 3>::zeros(shape, device);
+    assert!(fused::batched_matmul(z([2, 4, 8]), z([2, 6, 4]), Transposes::default()).is_err(), "inner dims differ");
+    assert!(fused::batched_matmul(z([2, 4, 8]), z([3, 8, 4]), Transposes::default()).is_err(), "batches differ");
+    assert!(fused::matmul(x, y, Transposes { a: false, b: true }).is_err(), "transposed inner dims differ");
+}
+
 macro_rules! fused_suite {
     ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
         mod fused {
@@ -389,6 +489,13 @@ macro_rules! fused_suite {
             fn fused_causal_attention_matches_burn_attention_with_gradients() {
                 if let Some(d) = $device {
                     crate::fused::check_causal_attention_against_burn::<$backend>(&d, &$dtypes, $exact);
+                }
+            }
+
+            #[test]
+            fn batched_matmul_matches_host_product_with_gradients() {
+                if let Some(d) = $device {
+                    crate::fused::check_batched_matmul_against_host::<$backend>(&d, &$dtypes, $exact);
                 }
             }
 
