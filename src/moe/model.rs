@@ -285,7 +285,11 @@ impl<B: LowpLinear> MoeLm<B> {
         let x = fused::rms_norm(&self.norm, x)?;
         let logits = match &self.lm_head {
             Some(head) => head.forward_microbatch(x, is_first_microbatch)?,
-            None => x.matmul(self.embedding.weight.val().transpose()),
+            None => fused::matmul(
+                x,
+                self.embedding.weight.val(),
+                fused::Transposes { a: false, b: true },
+            )?,
         };
         Ok((logits, aux, loads))
     }
