@@ -25,6 +25,9 @@ use crate::nn::{fused, Linear, LinearConfig, LowpState};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
+/// Largest vocabulary embedded as a one-hot product (its forward reads `vocab` values per output).
+const ONE_HOT_VOCAB: usize = 4096;
+
 /// The model's shape. Every field has a default (a tiny model that trains on a CPU in minutes),
 /// so a config file names only what it changes.
 #[derive(Config, Debug)]
@@ -267,7 +270,14 @@ impl<B: LowpLinear> MoeLm<B> {
             ));
         }
         let hidden = self.embedding.weight.dims()[1];
-        let mut x = self.embedding.forward(tokens).reshape([batch * seq, hidden]);
+        // Small (byte-level) vocabularies: the one-hot product's backward is one GEMM where
+        // Burn's embedding scatters (`fused::one_hot_embedding`).
+        let embedded = if self.embedding.weight.dims()[0] <= ONE_HOT_VOCAB {
+            fused::one_hot_embedding(&self.embedding, tokens)?
+        } else {
+            self.embedding.forward(tokens)
+        };
+        let mut x = embedded.reshape([batch * seq, hidden]);
         let mut aux = Tensor::<B, 1>::zeros([1], &x.device()).cast(DType::F32);
         let mut loads = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {

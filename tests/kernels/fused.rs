@@ -3,7 +3,8 @@
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
 //! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, the
 //! fused RoPE against Burn's `RotaryEncoding`, the fused causal attention against Burn's
-//! `module::attention`, and the batched matmul (cuBLASLt on CUDA) against a host product.
+//! `module::attention`, the batched matmul (cuBLASLt on CUDA) against a host product, and the
+//! one-hot embedding against Burn's embedding.
 //!
 //! Tolerances: on NdArray the default bodies are Burn's own ops, so those comparisons are exact.
 //! The kernels compute the same f32 operations in the same order, but GPU compilers may contract
@@ -457,6 +458,39 @@ pub fn check_batched_matmul_against_host<B: LowpBackend>(device: &B::Device, dty
     assert!(fused::matmul(x, y, Transposes { a: false, b: true }).is_err(), "transposed inner dims differ");
 }
 
+/// `nn::fused::one_hot_embedding` on `Autodiff<B>` against Burn's `Embedding::forward`: the rows
+/// (exact: one non-zero term each) and the table's gradient (summed in another order).
+pub fn check_one_hot_embedding_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) {
+    use burn::nn::EmbeddingConfig;
+    use burn::tensor::Int;
+    type A<B> = Autodiff<B>;
+    let (vocab, hidden, batch, seq) = (37, 16, 3, 11);
+    let embedding = EmbeddingConfig::new(vocab, hidden).init::<A<B>>(device);
+    let mut rng = SplitMix(58);
+    let ids: Vec<i64> = (0..batch * seq).map(|_| (rng.next_u64() % vocab as u64) as i64).collect();
+    let tokens = Tensor::<A<B>, 2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
+    let w = Tensor::<A<B>, 3>::from_data(
+        TensorData::new(values(batch * seq * hidden, 59, 1.0, InputDtype::F32), [batch, seq, hidden]),
+        device,
+    );
+    let y = fused::one_hot_embedding(&embedding, tokens.clone()).unwrap();
+    let grads = (y.clone() * w.clone()).sum().backward();
+    let y_ref = embedding.forward(tokens);
+    let grads_ref = (y_ref.clone() * w).sum().backward();
+    let read3 = |t: Tensor<B, 3>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let read2 = |t: Tensor<B, 2>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    assert_eq!(read3(y.inner()), read3(y_ref.inner()), "embedded rows");
+    let table = embedding.weight.val();
+    let (rel, abs) = if exact { (1e-5, 1e-5) } else { (2e-3, 2e-3) };
+    assert_close(
+        &read2(table.grad(&grads).unwrap()),
+        &read2(table.grad(&grads_ref).unwrap()),
+        rel,
+        abs,
+        "table gradient",
+    );
+}
+
 macro_rules! fused_suite {
     ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
         mod fused {
@@ -496,6 +530,13 @@ macro_rules! fused_suite {
             fn batched_matmul_matches_host_product_with_gradients() {
                 if let Some(d) = $device {
                     crate::fused::check_batched_matmul_against_host::<$backend>(&d, &$dtypes, $exact);
+                }
+            }
+
+            #[test]
+            fn one_hot_embedding_matches_burn_embedding_with_gradients() {
+                if let Some(d) = $device {
+                    crate::fused::check_one_hot_embedding_against_burn::<$backend>(&d, $exact);
                 }
             }
 
