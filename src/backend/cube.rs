@@ -8,7 +8,10 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
 use burn_lowp_kernels::cubecl::prelude::*;
+use burn_lowp_kernels::cubecl::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
+use burn_lowp_kernels::cubecl::device_handle::DeviceHandle;
 use burn_lowp_kernels::cubecl::server::Handle;
+use std::sync::{Arc, Mutex};
 use kernels::scale::ScaleRule;
 use kernels::{
     DirectionOutput, Directions, ElemKind, Fp8Kind, InputMatrix, KernelError, QuantizeOutput,
@@ -293,6 +296,69 @@ fn read_later<R: CubeRuntime>(
     // signature is only edition 2024's capture of `&self`. The client it came from is an `Arc`
     // handle that outlives the future wherever it is kept (`bytes_to_host_later` keeps a clone).
     unsafe { std::mem::transmute(future as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>>) }
+}
+
+/// A device-to-host read whose copies CubeCL's device thread queues when it reaches the request
+/// in its task queue. `ComputeClient::read_async` itself is a blocking round trip: it flushes
+/// the queue and waits for the device thread to launch everything before it (16 times per MoE
+/// step, one per layer and micro-batch, for the grouped GEMMs' splits). Submitted as a task, the
+/// request costs the training thread nothing; the copies still follow their producers on the
+/// stream.
+struct HostRead {
+    future: Arc<Mutex<Option<PendingRead>>>,
+    queue: DeviceHandle<HostReads>,
+}
+
+type PendingRead = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = std::result::Result<
+                    Vec<burn_lowp_kernels::cubecl::bytes::Bytes>,
+                    burn_lowp_kernels::cubecl::server::ServerError,
+                >,
+            > + Send,
+    >,
+>;
+
+/// Our tasks on CubeCL's device thread that start host reads (`HostRead`).
+struct HostReads;
+
+impl DeviceService for HostReads {
+    fn init(_device: DeviceId) -> Self {
+        HostReads
+    }
+
+    fn utilities(&self) -> ServerUtilitiesHandle {
+        Arc::new(())
+    }
+}
+
+impl HostRead {
+    fn request<R: CubeRuntime>(client: ComputeClient<R>, device: &R::Device, handles: Vec<Handle>) -> Self {
+        let future = Arc::new(Mutex::new(None));
+        let slot = future.clone();
+        let queue = DeviceHandle::<HostReads>::new(device.to_id());
+        // On the device thread, `read_async`'s own blocking call runs inline.
+        queue.submit(move |_| {
+            *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
+        });
+        HostRead { future, queue }
+    }
+
+    /// The read's future; waits for the device thread to reach the request if it has not yet.
+    fn future(self) -> Result<PendingRead> {
+        if let Some(f) = self.future.lock().expect("host read slot").take() {
+            return Ok(f);
+        }
+        self.queue
+            .submit_blocking(|_| ())
+            .map_err(|e| LowpError::invalid("device read", "request", format!("{e:?}")))?;
+        self.future
+            .lock()
+            .expect("host read slot")
+            .take()
+            .ok_or_else(|| LowpError::invalid("device read", "request", "the device thread dropped it"))
+    }
 }
 
 /// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
@@ -666,9 +732,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         };
         let client = first.client.clone();
         let lens: Vec<usize> = bytes.iter().map(|b| b.len).collect();
-        let future = read_later(&client, bytes.iter().map(|b| b.handle.clone()).collect());
+        let handles: Vec<Handle> = bytes.iter().map(|b| b.handle.clone()).collect();
+        let pending = HostRead::request(client.clone(), &first.device, handles);
         Box::new(move || {
-            let data = burn_lowp_kernels::cubecl::future::block_on(future)
+            let data = burn_lowp_kernels::cubecl::future::block_on(pending.future()?)
                 .map_err(|e| LowpError::invalid("device read", "failed", format!("{e:?}")))?;
             drop(client);
             Ok(data
@@ -682,7 +749,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn bytes_from_host(data: Vec<u8>, device: &Self::Device) -> Self::Bytes {
         let client = R::client(device);
         let len = data.len();
-        let handle = client.create_from_slice(&data);
+        // `create` with heap bytes queues the upload (no staging round trip to the device thread,
+        // which `create_from_slice` waits for).
+        let handle = client.create(burn_lowp_kernels::cubecl::bytes::Bytes::from_bytes_vec(data));
         bytes(&client, device, handle, len)
     }
 
