@@ -32,7 +32,7 @@ use super::cuda_gemm::{
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
 use crate::error::{LowpError, Result};
-use crate::format::QuantFormat;
+use crate::format::{Direction, QuantFormat};
 use crate::quant::{Storage, StorageScales};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
@@ -276,14 +276,20 @@ const SCALE_STRIDE: usize = 16;
 
 /// cuBLASLt rejects FP8 per-tensor scale pointers that are not 16-byte aligned (measured on an
 /// H100, cuBLAS 13.1: `CUBLAS_STATUS_NOT_SUPPORTED` on every per-group FP8 wgrad while group g's
-/// scale sat at byte 4g of the `[groups]` array). Spreads each representation's per-group scales
-/// to one per 16 bytes (rowwise, columnwise); formats with block scales need nothing.
+/// scale sat at byte 4g of the `[groups]` array). Spreads the per-group scales of the
+/// representation the GEMM reads (`direction`) to one per 16 bytes, one launch per operand;
+/// formats with block scales need nothing.
 fn spread_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     q: &crate::quant::QuantizedTensor<Cube<R, F, I, BT>>,
     count: usize,
+    direction: Direction,
 ) -> [Option<(Handle, usize)>; 2] {
-    [&q.rowwise, &q.columnwise].map(|side| match side {
-        Some(Storage::Quantized(s)) => match &s.scales {
+    [
+        (&q.rowwise, Direction::Rowwise),
+        (&q.columnwise, Direction::Columnwise),
+    ]
+    .map(|(side, d)| match side {
+        Some(Storage::Quantized(s)) if d == direction => match &s.scales {
             StorageScales::TensorScaleInv(b) => Some((
                 kernels::spread_words(&b.client, &b.handle, count, SCALE_STRIDE / 4),
                 count * SCALE_STRIDE,
@@ -321,7 +327,7 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     [rows, cols]: [usize; 2],
     options: GemmOptions<Cube<R, F, I, BT>>,
 ) -> Result<CubeTensor<R>> {
-    let (da, _) = kind.directions();
+    let (da, db) = kind.directions();
     let sa = a.tensor.require(da)?;
     let (client, device) = location(a.tensor).expect("an operand holds data");
     let groups_a = a.groups.host.get()?;
@@ -345,7 +351,10 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
         None => (client.empty(total.max(4)), None),
     };
     let count = a.groups.count;
-    let (spread_a, spread_b) = (spread_scales(a.tensor, count), spread_scales(b.tensor, count));
+    let (spread_a, spread_b) = (
+        spread_scales(a.tensor, count, da),
+        spread_scales(b.tensor, count, db),
+    );
     let mut prepared: Vec<PreparedGemm<R>> = Vec::new();
     let mut covered = 0;
     for g in 0..count {
