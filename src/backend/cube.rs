@@ -275,12 +275,8 @@ fn nvfp4_options(c: &crate::format::Nvfp4Config, groups: usize) -> kernels::Nvfp
     }
 }
 
-/// Starts reading `handles` into pinned host memory (CubeCL queues the copies on the stream now)
-/// and returns the future that waits for them.
-fn read_later<R: CubeRuntime>(
-    client: &ComputeClient<R>,
-    handles: Vec<Handle>,
-) -> std::pin::Pin<
+/// A host read in flight: the bytes, once the copies are done.
+type PendingRead = std::pin::Pin<
     Box<
         dyn std::future::Future<
                 Output = std::result::Result<
@@ -289,7 +285,11 @@ fn read_later<R: CubeRuntime>(
                 >,
             > + Send,
     >,
-> {
+>;
+
+/// Starts reading `handles` into pinned host memory (CubeCL queues the copies on the stream now)
+/// and returns the future that waits for them.
+fn read_later<R: CubeRuntime>(client: &ComputeClient<R>, handles: Vec<Handle>) -> PendingRead {
     let future = Box::pin(client.read_async(handles));
     // SAFETY: cubecl-runtime 0.10's `read_async` returns `self.do_read(..)`, a boxed `'static`
     // future that owns what it reads (the copies are queued before it returns); the `'_` in its
@@ -306,26 +306,21 @@ fn read_later<R: CubeRuntime>(
 /// stream.
 struct HostRead {
     future: Arc<Mutex<Option<PendingRead>>>,
-    queue: DeviceHandle<HostReads>,
+    queue: DeviceHandle<DeviceTasks>,
 }
 
-type PendingRead = std::pin::Pin<
-    Box<
-        dyn std::future::Future<
-                Output = std::result::Result<
-                    Vec<burn_lowp_kernels::cubecl::bytes::Bytes>,
-                    burn_lowp_kernels::cubecl::server::ServerError,
-                >,
-            > + Send,
-    >,
->;
 
-/// Our tasks on CubeCL's device thread that start host reads (`HostRead`).
-struct HostReads;
+/// Our own tasks on CubeCL's device thread of a device (host reads here, cuBLASLt GEMM groups in
+/// `cublaslt.rs`): they run on that thread in order with CubeCL's own (one queue per device and
+/// stage), but borrow only this empty state. A task submitted for CubeCL's server would hold the
+/// server's state while it runs, and the CubeCL calls such a task makes (the GEMM handshake's
+/// flag kernels and `get_resource`, `read_async`), which run inline on that thread, borrow it
+/// again: the first such task panicked with the state already borrowed.
+pub(crate) struct DeviceTasks;
 
-impl DeviceService for HostReads {
+impl DeviceService for DeviceTasks {
     fn init(_device: DeviceId) -> Self {
-        HostReads
+        DeviceTasks
     }
 
     fn utilities(&self) -> ServerUtilitiesHandle {
@@ -337,7 +332,7 @@ impl HostRead {
     fn request<R: CubeRuntime>(client: ComputeClient<R>, device: &R::Device, handles: Vec<Handle>) -> Self {
         let future = Arc::new(Mutex::new(None));
         let slot = future.clone();
-        let queue = DeviceHandle::<HostReads>::new(device.to_id());
+        let queue = DeviceHandle::<DeviceTasks>::new(device.to_id());
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
-use burn_lowp_kernels::cubecl::device::{Device, DeviceId, DeviceService, ServerUtilitiesHandle};
+use burn_lowp_kernels::cubecl::device::Device;
 use burn_lowp_kernels::cubecl::device_handle::DeviceHandle;
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
@@ -43,6 +43,7 @@ use cudarc::cublaslt::{result as lt, sys as lts};
 use cudarc::driver::{sys as cuda, CudaContext, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use lts::{cublasLtMatmulDescAttributes_t as Attr, cudaDataType_t as DataType};
 
+use super::cube::DeviceTasks;
 use super::gemm_profile::{self as profile, GemmPhase};
 use crate::error::{LowpError, Result};
 
@@ -1026,7 +1027,7 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
     if stream_ordering() == StreamOrdering::DeviceFlags {
         let handles: Vec<Handle> = buffers.iter().map(|h| (*h).clone()).collect();
         let task_client = client.clone();
-        device_thread(device).submit(move |_: &mut GemmTasks| {
+        device_thread(device).submit(move |_: &mut DeviceTasks| {
             let started = profile::record(GemmPhase::ToDeviceThread, handed);
             let buffers: Vec<&Handle> = handles.iter().collect();
             // A panic would otherwise be caught (and only logged) by CubeCL's channel.
@@ -1056,25 +1057,8 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
     result
 }
 
-/// A service with no state on CubeCL's device thread of a device: its tasks run on that thread,
-/// in order with CubeCL's own (one queue per device and stage), but borrow only this empty
-/// state. A task submitted for CubeCL's server would hold the server's state while it runs, and
-/// the handshake's own CubeCL calls (the flag kernels, `get_resource`), which run inline on that
-/// thread, borrow it again: the first such task panicked with the state already borrowed.
-struct GemmTasks;
-
-impl DeviceService for GemmTasks {
-    fn init(_device: DeviceId) -> Self {
-        GemmTasks
-    }
-
-    fn utilities(&self) -> ServerUtilitiesHandle {
-        Arc::new(())
-    }
-}
-
-/// The queue of CubeCL's device thread of CUDA device `device`, for `GemmTasks`.
-fn device_thread(device: usize) -> DeviceHandle<GemmTasks> {
+/// The queue of CubeCL's device thread of CUDA device `device`, for our tasks.
+fn device_thread(device: usize) -> DeviceHandle<DeviceTasks> {
     DeviceHandle::new(CudaDevice::new(device).to_id())
 }
 
