@@ -187,7 +187,7 @@ impl QuantizeOutput {
 
 /// A cube count of at least `cubes` cubes, spread over dimensions within the hardware limits
 /// (kernels index with ABSOLUTE_POS and check bounds, so extra cubes idle).
-fn linear_cubes<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> CubeCount {
+pub(crate) fn linear_cubes<R: Runtime>(client: &ComputeClient<R>, cubes: usize) -> CubeCount {
     cubecl::server::CubeCountSelection::new(client, cubes.max(1) as u32).cube_count()
 }
 

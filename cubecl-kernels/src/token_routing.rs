@@ -26,7 +26,7 @@
 //! never send a kernel out of bounds.
 
 use crate::codec::ElemKind;
-use crate::launch::KernelError;
+use crate::launch::{linear_cubes, KernelError};
 use crate::norm::{arg, WordMatrix};
 use crate::pairs::{load_pair, store_pair};
 use crate::reduce::cube_sum;
@@ -333,10 +333,6 @@ fn too_large(what: String, rule: &str) -> KernelError {
     }
 }
 
-fn cubes<R: Runtime>(client: &ComputeClient<R>, count: usize) -> CubeCount {
-    cubecl::server::CubeCountSelection::new(client, count.max(1) as u32).cube_count()
-}
-
 /// `[tokens, k]` i32 expert indices: the top k of each row of f32 `scores [tokens, experts]`.
 pub fn top_k<R: Runtime>(
     client: &ComputeClient<R>,
@@ -356,7 +352,7 @@ pub fn top_k<R: Runtime>(
         unsafe {
             top_k_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, tokens.div_ceil(ROUTE_UNITS)),
+                linear_cubes(client, tokens.div_ceil(ROUTE_UNITS)),
                 CubeDim::new_1d(ROUTE_UNITS as u32),
                 arg(scores, tokens * experts),
                 arg(&out, tokens * k),
@@ -393,7 +389,7 @@ pub fn expert_positions<R: Runtime>(
     unsafe {
         chunk_rank_kernel::launch_unchecked::<R>(
             client,
-            cubes(client, chunks),
+            linear_cubes(client, chunks),
             dim,
             arg(expert, n),
             arg(&rank, n),
@@ -415,7 +411,7 @@ pub fn expert_positions<R: Runtime>(
         if n > 0 {
             expert_position_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, chunks),
+                linear_cubes(client, chunks),
                 dim,
                 arg(expert, n),
                 arg(&rank, n),
@@ -456,7 +452,7 @@ pub fn route_rows<R: Runtime>(
         unsafe {
             route_rows_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, units.div_ceil(ROUTE_UNITS)),
+                linear_cubes(client, units.div_ceil(ROUTE_UNITS)),
                 CubeDim::new_1d(ROUTE_UNITS as u32),
                 arg(position, n),
                 arg(packed_to_aligned, n),
@@ -500,7 +496,7 @@ pub fn combine_rows<R: Runtime>(
         unsafe {
             combine_rows_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, tokens),
+                linear_cubes(client, tokens),
                 CubeDim::new_1d(ROW_UNITS as u32),
                 y.arg(),
                 arg(weights.unwrap_or(assignment_row), tokens * k),
@@ -535,7 +531,7 @@ pub fn combine_rows_backward<R: Runtime>(
         unsafe {
             combine_rows_backward_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, rows),
+                linear_cubes(client, rows),
                 CubeDim::new_1d(ROW_UNITS as u32),
                 dout.arg(),
                 arg(weights.unwrap_or(row_assignment), n),
@@ -571,7 +567,7 @@ pub fn combine_weights_grad<R: Runtime>(
         unsafe {
             combine_weights_grad_kernel::launch_unchecked::<R>(
                 client,
-                cubes(client, n),
+                linear_cubes(client, n),
                 CubeDim::new_1d(ROW_UNITS as u32),
                 dout.arg(),
                 arg(y, y_words),
