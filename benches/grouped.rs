@@ -6,11 +6,13 @@
 //! * `grouped_gemm`: fprop `Y_g = X_g·W_gᵀ`, dgrad `dX_g = dY_g·W_g` and wgrad `dW_g = dY_gᵀ·X_g`
 //!   on pre-quantized operands (BF16 output) for the MoE shapes (E, T, K, N) of issue 9, balanced
 //!   and skewed splits (lognormal sizes, some experts empty), BF16, FP8 per-tensor (E4M3 both
-//!   sides, as `torch._scaled_grouped_mm`) and FP8 block (1x128 activations x 128x128 weights).
+//!   sides, as `torch._scaled_grouped_mm`; `fp8_tensor_shared`: one scale shared by the experts,
+//!   applied by cuBLASLt, no per-expert pass) and FP8 block (1x128 activations x 128x128 weights).
 //!   The splits live on the device; the operands are in the aligned layout. TFLOP/s counts useful
 //!   work, 2·T·N·K.
 //! * `grouped_linear_step`: `GroupedLinear` (E = 8, 2048 -> 2048, 32768 tokens, BF16 parameters and
-//!   activations) forward + backward per recipe, including the layout, the row moves, every
+//!   activations) forward + backward per recipe (FP8 per-tensor ones also with the experts
+//!   sharing one scale, `_shared`), including the layout, the row moves, every
 //!   quantization, and the host synchronizations per step (`host_syncs`).
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
@@ -29,7 +31,7 @@ use burn_lowp::backend::{
     host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend,
 };
 use burn_lowp::format::fp8_block::BlockShape;
-use burn_lowp::format::grouped::uniform_groups;
+use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
 use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::GroupedLinearConfig;
 use burn_lowp::quant::grouped::quantize_grouped;
@@ -90,8 +92,9 @@ fn quantized(
     groups: &Groups<B>,
     spec: &QuantizerSpec,
     usage: Usage,
+    scaling: GroupScaling,
 ) -> QuantizedTensor<B> {
-    quantize_grouped::<B>(t.into_primitive().tensor(), groups, spec, usage, 0, None)
+    quantize_grouped::<B>(t.into_primitive().tensor(), groups, spec, usage, 0, None, scaling)
         .expect("grouped quantize")
 }
 
@@ -110,13 +113,16 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
     let bf16 = QuantizerSpec::Identity {
         dtype: IdentityDtype::Bf16,
     };
-    let formats: Vec<(&str, QuantizerSpec, QuantizerSpec)> = vec![
-        ("bf16", bf16.clone(), bf16),
-        ("fp8_tensor", fp8.clone(), fp8),
+    let per_group = GroupScaling::PerGroup;
+    let formats: Vec<(&str, QuantizerSpec, QuantizerSpec, GroupScaling)> = vec![
+        ("bf16", bf16.clone(), bf16, per_group),
+        ("fp8_tensor", fp8.clone(), fp8.clone(), per_group),
+        ("fp8_tensor_shared", fp8.clone(), fp8, GroupScaling::Shared),
         (
             "fp8_block",
             block(BlockShape::OneByOneTwentyEight),
             block(BlockShape::OneTwentyEightSquare),
+            per_group,
         ),
     ];
     let both = Usage {
@@ -146,14 +152,14 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
             let w =
                 Tensor::<B, 2>::random([experts * n, k], Distribution::Normal(0.0, 1.0), device);
             let flops = 2.0 * (tokens * n * k) as f64;
-            for (format, act, wspec) in &formats {
+            for (format, act, wspec, scaling) in &formats {
                 let case = format!("grouped_gemm {format} {experts}x{tokens}x{k}x{n} {dist}");
                 if !selected(&case) {
                     continue;
                 }
-                let qx = quantized(x.clone(), &layout.groups, act, both);
-                let qdy = quantized(dy.clone(), &layout.groups, act, both);
-                let qw = quantized(w.clone(), &weight_groups, wspec, both);
+                let qx = quantized(x.clone(), &layout.groups, act, both, *scaling);
+                let qdy = quantized(dy.clone(), &layout.groups, act, both, *scaling);
+                let qw = quantized(w.clone(), &weight_groups, wspec, both, *scaling);
                 let op = |t| GroupedOperand {
                     tensor: t,
                     groups: &layout.groups,
@@ -212,19 +218,22 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
             device,
         ))
         .require_grad();
-        for name in [
-            "bf16",
-            "current_scaling",
-            "delayed_scaling",
-            "block_scaling",
-            "mxfp8",
+        for (name, file, scaling) in [
+            ("bf16", "bf16", GroupScaling::PerGroup),
+            ("current_scaling", "current_scaling", GroupScaling::PerGroup),
+            ("current_scaling_shared", "current_scaling", GroupScaling::Shared),
+            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup),
+            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared),
+            ("block_scaling", "block_scaling", GroupScaling::PerGroup),
+            ("mxfp8", "mxfp8", GroupScaling::PerGroup),
         ] {
             let case = format!("grouped_linear_step {name} {dist}");
             if !selected(&case) {
                 continue;
             }
             let module = GroupedLinearConfig::new(experts, features, features)
-                .init::<AD>(&recipe(&format!("{name}.json")), device)
+                .with_fp8_scales(scaling)
+                .init::<AD>(&recipe(&format!("{file}.json")), device)
                 .expect("grouped linear");
             let step = || {
                 let y = module.forward(x.clone(), m_splits.clone()).expect("forward");

@@ -173,7 +173,7 @@ def main():
         if "tflops" not in o:
             continue
         if o["bench"] == "grouped_gemm":
-            peer_format = "bf16" if o["format"] == "fp8_block" else o["format"]
+            peer_format = {"fp8_block": "bf16", "fp8_tensor_shared": "fp8_tensor"}.get(o["format"], o["format"])
             key = (peer_format, o["gemm"], o["experts"], o["tokens"], o["k"], o["n"], o["dist"])
             if key in torch_results:
                 print(json.dumps({"bench": "compare", "case": "grouped_gemm", "format": o["format"],

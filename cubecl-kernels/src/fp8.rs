@@ -9,11 +9,13 @@
 //! and writes along rows.
 //!
 //! Grouped (MoE) mode gives each group of rows its own scale and its own transposed columnwise
-//! block, exactly as quantizing each group's slice on its own would.
+//! block, exactly as quantizing each group's slice on its own would; with a shared scale every
+//! group takes one scale (the largest group amax's, or the smallest delayed scale), folded by
+//! every cube from the per-group sources in the same launch.
 
 use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind, Fp8Kind};
 use crate::group_layout::find_group;
-use crate::reduce::cube_max_into;
+use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
 
@@ -39,6 +41,9 @@ pub struct Fp8CastConfig {
     /// copy transposed on its own (`[cols, rows_g]` at byte `start_g * cols`). Otherwise the whole
     /// matrix is one group and the arrays are not read.
     pub grouped: bool,
+    /// Grouped: one scale for every group, made from all groups' sources (the largest amax, or
+    /// the smallest delayed scale), so that a grouped GEMM can apply it as one per-tensor scale.
+    pub shared_scale: bool,
 }
 
 /// Quantizes a tile of 32 rows x 256 columns. A grouped tile lies in one group (groups are
@@ -83,7 +88,27 @@ pub fn fp8_cast_kernel<N: Size>(
     }
     let in_group = tile_row0 - g_start < g_rows;
 
-    let source = f32::reinterpret(scale_source[g]);
+    let mut source = f32::reinterpret(scale_source[g]);
+    if comptime![config.shared_scale] {
+        // The largest amax (current) or the smallest scale, as the max of `-scale` (delayed):
+        // every unit folds a stride of the groups, the cube reduces (uniform: all units call it).
+        let mut key = f32::reinterpret(scale_source[0]);
+        if comptime![!config.from_amax] {
+            key = -key;
+        }
+        for e in range_stepped(unit, groups, FP8_UNITS) {
+            let mut k = f32::reinterpret(scale_source[e]);
+            if comptime![!config.from_amax] {
+                k = -k;
+            }
+            key = select(k > key, k, key);
+        }
+        let mut folded = SharedMemory::<f32>::new(FP8_UNITS);
+        source = cube_max_f32(key, &mut folded, FP8_UNITS);
+        if comptime![!config.from_amax] {
+            source = -source;
+        }
+    }
     let scale = if comptime![config.from_amax] {
         scale_from_amax(source, config.rule)
     } else {
@@ -152,13 +177,16 @@ pub fn fp8_cast_kernel<N: Size>(
     if CUBE_POS == 0 {
         // Every group's scale_inv, empty groups included.
         for e in range_stepped(unit, groups, FP8_UNITS) {
-            let source = f32::reinterpret(scale_source[e]);
-            let scale = if comptime![config.from_amax] {
-                scale_from_amax(source, config.rule)
-            } else {
-                source
-            };
-            scale_inv_out[e] = u32::reinterpret(1.0f32 / scale);
+            let mut group_scale = scale;
+            if comptime![!config.shared_scale] {
+                let source = f32::reinterpret(scale_source[e]);
+                group_scale = if comptime![config.from_amax] {
+                    scale_from_amax(source, config.rule)
+                } else {
+                    source
+                };
+            }
+            scale_inv_out[e] = u32::reinterpret(1.0f32 / group_scale);
         }
     }
 }

@@ -349,7 +349,9 @@ pub enum TensorScaling<'a> {
 }
 
 /// FP8 per-tensor quantization. Needs `M % 16 == 0` and `K % 16 == 0` (cuBLASLt FP8 alignment).
-/// With `groups`, each group gets its own scale (`scale_inv` and amax hold one f32 per group).
+/// With `groups`, each group gets its own scale (`scale_inv` and amax hold one f32 per group), or
+/// with `shared_scale` one scale made from all groups' (the largest amax, the smallest delayed
+/// scale), written once per group; the amax stays each group's own.
 pub fn quantize_fp8_tensor<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
@@ -357,9 +359,15 @@ pub fn quantize_fp8_tensor<R: Runtime>(
     scaling: TensorScaling,
     directions: Directions,
     groups: Option<RowGroups>,
+    shared_scale: bool,
 ) -> Result<QuantizeOutput, KernelError> {
     x.require_blocks(16, 16, "FP8 per-tensor kernels")?;
     require_grouped_rows(&x, groups)?;
+    require(
+        !shared_scale || groups.is_some(),
+        "shared scale without groups".to_string(),
+        "a shared scale is shared by the groups of a grouped matrix",
+    )?;
     let count = groups.map_or(1, |g| g.count);
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
@@ -401,6 +409,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
         columnwise: directions.columnwise,
         record_amax: !from_amax,
         grouped: groups.is_some(),
+        shared_scale,
     };
     let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {

@@ -24,7 +24,7 @@ use super::grouped::{
 };
 use super::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
-use crate::format::grouped::SplitStatus;
+use crate::format::grouped::{GroupScaling, SplitStatus};
 use crate::format::fp8_block::BlockShape;
 use crate::format::random::{stream_key, COLUMNWISE_STREAM, ROWWISE_STREAM};
 use crate::format::{
@@ -173,6 +173,7 @@ pub(super) fn wrap<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
                 codes_shape: cshape,
                 scales,
                 amax: d.amax.map(|a| bytes(client, device, a, 4 * groups)),
+                shared_scale: false,
             })
         })
     };
@@ -400,7 +401,7 @@ fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
                 },
                 None => kernels::TensorScaling::Current { rule },
             };
-            kernels::quantize_fp8_tensor(&client, input, rule.fp8, scaling, directions, None)
+            kernels::quantize_fp8_tensor(&client, input, rule.fp8, scaling, directions, None, false)
         }
         FormatConfig::Fp8Block(c) => {
             let rule = ScaleRule {
@@ -488,6 +489,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             },
             directions,
             None,
+            false,
         )
         .map_err(kernel_error("input"))?;
         Ok(wrap(&client, &device, out, format, (rows, cols), false, 1))
@@ -849,6 +851,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         groups: &Groups<Self>,
         config: &FormatConfig,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>> {
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         let format = config.format();
@@ -873,6 +876,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             rows: &groups.len.handle,
             count: groups.count,
         });
+        let shared = scaling == GroupScaling::Shared && matches!(config, FormatConfig::Fp8Current(_));
         let out = match config {
             FormatConfig::Fp8Current(c) => {
                 let rule = ScaleRule {
@@ -888,6 +892,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                     kernels::TensorScaling::Current { rule },
                     directions,
                     row_groups,
+                    shared,
                 )
             }
             FormatConfig::Fp8Block(c) => {
@@ -926,7 +931,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             ),
         }
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, &device, out, format, (rows, cols), false, groups.count))
+        let q = wrap(&client, &device, out, format, (rows, cols), false, groups.count);
+        Ok(if shared { q.with_shared_scale() } else { q })
     }
 
     fn quantize_fp8_with_scale_grouped(
@@ -935,6 +941,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         scales: FloatTensor<Self>,
         groups: &Groups<Self>,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>> {
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         let format = QuantFormat::Fp8Tensor { fp8 };
@@ -973,9 +980,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 rows: &groups.len.handle,
                 count: groups.count,
             }),
+            scaling == GroupScaling::Shared,
         )
         .map_err(kernel_error("input"))?;
-        Ok(wrap(&client, &device, out, format, (rows, cols), false, groups.count))
+        let q = wrap(&client, &device, out, format, (rows, cols), false, groups.count);
+        Ok(if scaling == GroupScaling::Shared { q.with_shared_scale() } else { q })
     }
 
     fn lowp_grouped_gemm(

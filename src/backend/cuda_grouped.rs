@@ -10,7 +10,9 @@
 //!   `scale_inv_x[g] * scale_inv_w[g]`: each group's numbers are those of its own per-tensor FP8
 //!   GEMM up to the summation order and, for BF16, one more rounding (of the unit-scale product;
 //!   relative 2^-9). The BF16 write and in-place pass move 2.5x fewer bytes than an f32 output
-//!   scaled into BF16, which at N = 768 cost as much as the GEMM (H100).
+//!   scaled into BF16, which at N = 768 cost as much as the GEMM (H100). Operands whose groups
+//!   share one scale (`GroupScaling::Shared`) need no pass: cuBLASLt applies the shared scales
+//!   as the operands' per-tensor scales (and fprop then runs with fast accumulation, as `Linear`).
 //! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
@@ -24,7 +26,9 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_lowp_kernels as kernels;
 use burn_lowp_kernels::cubecl::server::Handle;
 
-use super::cublaslt::{pointer_array_bytes, run_on_cubecl_buffers, LtBatch, LtGemm, LtOperand};
+use super::cublaslt::{
+    pointer_array_bytes, run_on_cubecl_buffers, LtBatch, LtGemm, LtOperand, ScaleMode,
+};
 use super::cuda_gemm::{
     accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
     output_dtype, plan, prepare, run_prepared, GemmOutput, PreparedGemm,
@@ -161,7 +165,11 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 true,
                 qa.codes.handle.clone(),
                 fp8(qa),
-                Some((scale(qa), scale(qb))),
+                Some(Fp8Scales {
+                    a: scale(qa),
+                    b: scale(qb),
+                    shared: qa.shared_scale && qb.shared_scale,
+                }),
             )
         }
         (Storage::HighPrecision(ta), Storage::HighPrecision(tb)) => {
@@ -181,9 +189,11 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         }
         _ => unreachable!("the pointer-array path has two FP8 or two high-precision operands"),
     };
-    // FP8 writes the unit-scale products in BF16 (asked for) or f32 (anything else), scaled in
-    // place below; BF16 operands write what was asked.
-    let d_dtype = match (&fp8_scales, options.out_dtype) {
+    // FP8 on per-group scales writes the unit-scale products in BF16 (asked for) or f32 (anything
+    // else), scaled in place below; shared scales go to cuBLASLt as the operands' scales, and
+    // BF16 operands write what was asked.
+    let scale_pass = fp8_scales.as_ref().filter(|s| !s.shared);
+    let d_dtype = match (scale_pass, options.out_dtype) {
         (Some(_), FloatDType::BF16) => DType::BF16,
         (Some(_), _) => DType::F32,
         (None, _) => output_dtype(inner, sa, options.out_dtype),
@@ -191,7 +201,9 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     let out = client.empty(rows * cols * d_dtype.size());
     let pointers = client.empty(pointer_array_bytes(count));
     let groups = a.groups;
-    let handles = [
+    // (The shared scales' first values are the operands' per-tensor scales; cuBLAS A is our B.)
+    let shared_scales = fp8_scales.as_ref().filter(|s| s.shared).map(|s| [s.b.clone(), s.a.clone()]);
+    let mut handles = vec![
         a_data,
         b_data,
         out.clone(),
@@ -199,6 +211,8 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         groups.start.handle.clone(),
         groups.len.handle.clone(),
     ];
+    handles.extend(shared_scales.into_iter().flatten());
+    let shared = handles.len() == 8;
     let buffers: Vec<&Handle> = handles.iter().collect();
     let (a_es, b_es) = (element_bytes(a_type), element_bytes(b_type));
     let d_type = data_type(d_dtype);
@@ -217,7 +231,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 dtype: a_type,
                 transpose: a_outer_major,
                 ld: if a_outer_major { k } else { m } as i64,
-                scale: None,
+                scale: shared.then(|| (ptr[6], ScaleMode::Tensor)),
             },
             // A chunk of the activation is [128, k] row-major: outer-major.
             b: LtOperand {
@@ -225,7 +239,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 dtype: b_type,
                 transpose: false,
                 ld: k as i64,
-                scale: None,
+                scale: shared.then(|| (ptr[7], ScaleMode::Tensor)),
             },
             c: None,
             d: ptr[2],
@@ -247,7 +261,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         },
     )?;
     drop(keep);
-    if let Some((scale_a, scale_b)) = fp8_scales {
+    if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = scale_pass {
         kernels::row_scale::group_row_scale_in_place(
             &client,
             &out,
@@ -256,8 +270,8 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 rows: &groups.len.handle,
                 count: groups.count,
             },
-            &scale_a,
-            &scale_b,
+            scale_a,
+            scale_b,
             rows,
             cols,
             super::cube::elem_kind(d_dtype, "grouped FP8 GEMM output")?,
@@ -269,6 +283,14 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     } else {
         Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
     })
+}
+
+/// The per-group `scale_inv` arrays of a pointer-array FP8 GEMM's two operands (ours: A the
+/// activation or gradient, B the weights), and whether each holds one shared value.
+struct Fp8Scales {
+    a: Handle,
+    b: Handle,
+    shared: bool,
 }
 
 /// Bytes between per-group FP8 scales handed to cuBLASLt.

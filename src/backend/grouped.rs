@@ -246,6 +246,7 @@ pub fn group_view<B: LowpBackend>(
                     codes_shape: codes_shape(&s.format, group.len, q.cols, direction),
                     scales,
                     amax: s.amax.as_ref().map(per_group),
+                    shared_scale: false,
                 })
             }
         })

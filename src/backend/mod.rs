@@ -8,6 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
 use crate::error::Result;
+use crate::format::grouped::GroupScaling;
 use crate::format::{Direction, FormatConfig, Fp8Format, HostMatrix, Usage};
 use crate::quant::QuantizedTensor;
 
@@ -106,23 +107,27 @@ pub trait LowpBackend: Backend {
     fn group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>>;
 
     /// Quantizes a grouped `[rows, cols]` matrix (`format::grouped`): each group as its slice
-    /// alone would be, laid out group after group. Compact scales.
+    /// alone would be, laid out group after group. Compact scales. FP8 current scaling under
+    /// `GroupScaling::Shared` gives every group the scale of the largest group amax (storages
+    /// marked `shared_scale`); other formats ignore `scaling`.
     fn lowp_quantize_grouped(
         x: FloatTensor<Self>,
         groups: &Groups<Self>,
         config: &FormatConfig,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>>;
 
     /// FP8 per-tensor quantization of a grouped matrix with each group's given scale (delayed
     /// scaling): `scales` is an f32 tensor of one value per group; the result records each
-    /// group's amax.
+    /// group's amax. Under `GroupScaling::Shared` every group takes the smallest given scale.
     fn quantize_fp8_with_scale_grouped(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
         scales: FloatTensor<Self>,
         groups: &Groups<Self>,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>>;
 
     /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The

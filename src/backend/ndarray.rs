@@ -10,7 +10,8 @@ use burn::tensor::{read_sync, TensorData, TensorMetadata};
 use super::grouped::{host_group_layout, GroupLayout, Groups, RowGroup};
 use super::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
-use crate::format::grouped::{group_config, group_ranges, quantize_groups};
+use crate::format::grouped::{group_config, group_ranges, quantize_groups, GroupScaling};
+use crate::format::scaling::amax;
 use crate::format::{
     check_shape, codes_shape, quantize, quantize_fp8_with_scale, scales_shape, Direction,
     FormatConfig, Fp8Format, HostMatrix, HostQuantized, InputDtype, QuantFormat, Scales, Usage,
@@ -62,6 +63,36 @@ fn relayout(
 
 fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
     values.into_iter().flat_map(f32::to_le_bytes).collect()
+}
+
+/// FP8 per-tensor codes of each group of `m` with its given scale (`scales[g]`), each group's
+/// amax recorded.
+fn fp8_groups_with_scales(
+    m: &HostMatrix,
+    fp8: Fp8Format,
+    scales: &[f32],
+    groups: &[RowGroup],
+    usage: Usage,
+) -> Result<QuantizedTensor<NdArray>> {
+    let parts = groups
+        .iter()
+        .zip(scales)
+        .map(|(group, &scale)| {
+            if group.len == 0 {
+                return Ok(None);
+            }
+            let slice = HostMatrix::new(
+                &m.name,
+                group.len,
+                m.cols,
+                m.dtype,
+                m.values[group.start * m.cols..(group.start + group.len) * m.cols].to_vec(),
+            )?;
+            quantize_fp8_with_scale(&slice, fp8, scale, usage).map(Some)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let format = QuantFormat::Fp8Tensor { fp8 };
+    Ok(assemble_grouped(&parts, groups, format, (m.rows, m.cols), usage, |g| 1.0 / scales[g]))
 }
 
 /// Lays per-group reference results out as one grouped tensor (`format::grouped`): codes and block
@@ -124,6 +155,7 @@ fn assemble_grouped(
             codes_shape: codes_shape(&format, rows, cols, direction),
             scales,
             amax: has_amax.then(|| upload(f32_bytes(amax))),
+            shared_scale: false,
         })
     };
     QuantizedTensor {
@@ -252,10 +284,22 @@ impl LowpBackend for NdArray {
         groups: &Groups<Self>,
         config: &FormatConfig,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>> {
         let m = to_matrix(x, "input")?;
         check_shape(&m.name, m.rows, m.cols, &config.format())?;
         let groups = host_groups(groups)?;
+        if let (GroupScaling::Shared, FormatConfig::Fp8Current(c)) = (scaling, config) {
+            // The scale of the largest group amax, for every group.
+            crate::format::grouped::check_groups(&m.name, &groups, m.rows)?;
+            let amaxes: Vec<f32> = groups
+                .iter()
+                .map(|g| amax(&m.values[g.start * m.cols..(g.start + g.len) * m.cols]))
+                .collect();
+            let scale = c.scale_for(GroupScaling::shared_amax(&amaxes));
+            let q = fp8_groups_with_scales(&m, c.fp8, &vec![scale; groups.len()], &groups, usage)?;
+            return Ok(q.with_shared_scale());
+        }
         let parts = quantize_groups(&m, &groups, config, usage)?;
         // An empty group's scale: the rule's for amax 0 (an empty slice's scale).
         let empty = |g: usize| match group_config(config, g) {
@@ -271,11 +315,11 @@ impl LowpBackend for NdArray {
         scales: FloatTensor<Self>,
         groups: &Groups<Self>,
         usage: Usage,
+        scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>> {
         let m = to_matrix(x, "input")?;
-        let format = QuantFormat::Fp8Tensor { fp8 };
-        check_shape(&m.name, m.rows, m.cols, &format)?;
-        let scales = to_matrix(scales, "scales")?.values;
+        check_shape(&m.name, m.rows, m.cols, &QuantFormat::Fp8Tensor { fp8 })?;
+        let mut scales = to_matrix(scales, "scales")?.values;
         let groups = host_groups(groups)?;
         if scales.len() != groups.len() {
             return Err(LowpError::shape(
@@ -285,24 +329,12 @@ impl LowpBackend for NdArray {
             ));
         }
         crate::format::grouped::check_groups(&m.name, &groups, m.rows)?;
-        let parts = groups
-            .iter()
-            .zip(&scales)
-            .map(|(group, &scale)| {
-                if group.len == 0 {
-                    return Ok(None);
-                }
-                let slice = HostMatrix::new(
-                    &m.name,
-                    group.len,
-                    m.cols,
-                    m.dtype,
-                    m.values[group.start * m.cols..(group.start + group.len) * m.cols].to_vec(),
-                )?;
-                quantize_fp8_with_scale(&slice, fp8, scale, usage).map(Some)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(assemble_grouped(&parts, &groups, format, (m.rows, m.cols), usage, |g| 1.0 / scales[g]))
+        if scaling == GroupScaling::Shared {
+            let shared = GroupScaling::shared_delayed_scale(&scales);
+            scales.fill(shared);
+            return Ok(fp8_groups_with_scales(&m, fp8, &scales, &groups, usage)?.with_shared_scale());
+        }
+        fp8_groups_with_scales(&m, fp8, &scales, &groups, usage)
     }
 
     fn float_from_bytes(bytes: &Self::Bytes, shape: [usize; 2]) -> FloatTensor<Self> {

@@ -19,6 +19,35 @@ use crate::error::{LowpError, Result};
 /// Rows every group is padded to: a GEMM chunk, and a whole number of blocks of every format.
 pub const GROUP_ALIGN: usize = 128;
 
+/// How the FP8 per-tensor scales of a grouped matrix are chosen (block-scaled formats ignore it:
+/// their scales are per block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupScaling {
+    /// Each group its own scale, as quantizing its slice alone would give (TE: one quantizer per
+    /// expert).
+    #[default]
+    PerGroup,
+    /// One scale for every group: the scale of the largest group amax (current scaling) or the
+    /// smallest group scale (delayed scaling); each group's recorded amax stays its own. Grouped
+    /// GEMMs then apply it as cuBLASLt's per-tensor scale instead of a pass over the output that
+    /// applies per-group scales; a group whose amax is far below the largest gets coarser codes
+    /// (more underflow) than its own scale would give.
+    Shared,
+}
+
+impl GroupScaling {
+    /// The amax a shared current scale is made from: the largest of the groups' amaxes.
+    pub fn shared_amax(amaxes: &[f32]) -> f32 {
+        amaxes.iter().fold(0.0f32, |a, &b| if b > a { b } else { a })
+    }
+
+    /// The shared delayed scale: the smallest of the groups' scales.
+    pub fn shared_delayed_scale(scales: &[f32]) -> f32 {
+        scales.iter().fold(f32::INFINITY, |a, &b| if b < a { b } else { a })
+    }
+}
+
 /// Group `g` of a grouped matrix: rows `start .. start + len`, of which the first `used` hold data
 /// (tokens) and the rest are zero padding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@ use burn::tensor::Tensor;
 
 use crate::backend::GroupLayout;
 use crate::error::LowpError;
+use crate::format::grouped::GroupScaling;
 use crate::nn::{fused, GroupedLinear, GroupedLinearConfig};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
@@ -24,6 +25,9 @@ pub struct SwigluExpertsConfig {
     /// Role prefix: the GEMMs are `<name>.fc1` and `<name>.fc2`.
     #[config(default = "String::from(\"experts\")")]
     pub name: String,
+    /// FP8 per-tensor scales per expert or shared by the experts (`GroupedLinearConfig::fp8_scales`).
+    #[config(default = "GroupScaling::PerGroup")]
+    pub fp8_scales: GroupScaling,
 }
 
 #[derive(Module, Debug)]
@@ -43,10 +47,12 @@ impl SwigluExpertsConfig {
             fc1: GroupedLinearConfig::new(e, h, 2 * f)
                 .with_bias(self.bias)
                 .with_name(format!("{}.fc1", self.name))
+                .with_fp8_scales(self.fp8_scales)
                 .init(recipe, device)?,
             fc2: GroupedLinearConfig::new(e, f, h)
                 .with_bias(self.bias)
                 .with_name(format!("{}.fc2", self.name))
+                .with_fp8_scales(self.fp8_scales)
                 .init(recipe, device)?,
         })
     }

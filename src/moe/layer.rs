@@ -16,6 +16,7 @@ use crate::error::LowpError;
 use crate::nn::{fused, Linear, LinearConfig};
 use crate::ops::token_routing::{combine, dispatch, token_routes};
 use crate::ops::LowpLinear;
+use crate::format::grouped::GroupScaling;
 use crate::recipe::Recipe;
 
 #[derive(Config, Debug)]
@@ -37,6 +38,9 @@ pub struct MoeLayerConfig {
     /// Role prefix (`<name>.experts.fc1`, `<name>.shared.fc1`, ...).
     #[config(default = "String::from(\"moe\")")]
     pub name: String,
+    /// FP8 per-tensor scales of the experts: per expert or shared (`GroupedLinearConfig::fp8_scales`).
+    #[config(default = "GroupScaling::PerGroup")]
+    pub expert_fp8_scales: GroupScaling,
 }
 
 /// A SwiGLU MLP of `Linear`s (the shared expert).
@@ -86,6 +90,7 @@ impl MoeLayerConfig {
             self.ffn_hidden_size,
         )
         .with_name(format!("{}.experts", self.name))
+        .with_fp8_scales(self.expert_fp8_scales)
         .init(recipe, device)?;
         let shared = match self.shared_expert_ffn {
             Some(f) => Some(SwigluMlp {

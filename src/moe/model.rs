@@ -21,6 +21,7 @@ use burn::tensor::{DType, Int, Tensor};
 use super::layer::{MoeLayer, MoeLayerConfig};
 use super::router::ScoreFunction;
 use crate::error::LowpError;
+use crate::format::grouped::GroupScaling;
 use crate::nn::{fused, Linear, LinearConfig, LowpState};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
@@ -70,6 +71,11 @@ pub struct MoeLmConfig {
     /// Standard deviation of the embedding and of every projection's weights.
     #[config(default = 0.02)]
     pub init_std: f64,
+    /// FP8 per-tensor scales of the experts (current and delayed scaling): `per_group` (one per
+    /// expert, TE's semantics) or `shared` (one for all experts of a GEMM, applied inside the
+    /// grouped GEMM: no per-expert pass over its output). Other recipes ignore it.
+    #[config(default = "GroupScaling::PerGroup")]
+    pub expert_fp8_scales: GroupScaling,
 }
 
 #[derive(Module, Debug)]
@@ -197,6 +203,7 @@ impl MoeLmConfig {
                         .with_aux_loss_coeff(self.aux_loss_coeff)
                         .with_z_loss_coeff(self.z_loss_coeff)
                         .with_shared_expert_ffn(self.shared_expert_ffn)
+                        .with_expert_fp8_scales(self.expert_fp8_scales)
                         .with_name(format!("layers.{i}.moe"))
                         .init(recipe, device)?,
                 })

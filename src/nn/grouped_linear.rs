@@ -34,7 +34,7 @@ use crate::error::LowpError;
 
 type LowpResult<T> = std::result::Result<T, LowpError>;
 use crate::debug::LayerDebug;
-use crate::format::grouped::{uniform_groups, GROUP_ALIGN};
+use crate::format::grouped::{uniform_groups, GroupScaling, GROUP_ALIGN};
 use crate::ops::grouped_linear::{run_wgrad, ExpertsDebug};
 use crate::ops::{BackwardErrors, LowpLinear, PendingWgrad, RowMove, WgradTarget};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
@@ -63,6 +63,12 @@ pub struct GroupedLinearConfig {
     /// (TE's `fuse_wgrad_accumulation`).
     #[config(default = false)]
     pub fuse_wgrad_accumulation: bool,
+    /// FP8 per-tensor scales (current and delayed scaling): one per expert (`per_group`, TE's
+    /// semantics), or one shared by all experts (`shared`), which the grouped GEMMs apply inside
+    /// cuBLASLt instead of a pass over their output (`format::grouped::GroupScaling`). Other
+    /// formats ignore it.
+    #[config(default = "GroupScaling::PerGroup")]
+    pub fp8_scales: GroupScaling,
 }
 
 #[derive(Module, Debug)]
@@ -79,6 +85,8 @@ pub struct GroupedLinear<B: Backend> {
     delay_wgrad_compute: bool,
     #[module(skip)]
     fuse_wgrad_accumulation: bool,
+    #[module(skip)]
+    fp8_scales: GroupScaling,
 }
 
 /// What a `GroupedLinear` keeps between calls besides its weight cache.
@@ -159,6 +167,7 @@ impl GroupedLinearConfig {
             runtime: WeightCache::default(),
             delay_wgrad_compute: self.delay_wgrad_compute,
             fuse_wgrad_accumulation: self.fuse_wgrad_accumulation,
+            fp8_scales: self.fp8_scales,
         })
     }
 }
@@ -303,6 +312,7 @@ impl<B: LowpLinear> GroupedLinear<B> {
             runtime.weight_groups.clone(),
             wgrad,
             runtime.errors.clone(),
+            self.fp8_scales,
         );
         op.debug = observed.map(|layer| ExpertsDebug {
             layer,

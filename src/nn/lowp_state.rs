@@ -19,6 +19,7 @@ use crate::ops::{
 use crate::debug::{LayerDebug, TensorKind};
 use crate::quant::state_tensor::OptionalState;
 use crate::quant::{DelayedScalingState, QuantizedTensor, QuantizerSpec};
+use crate::format::grouped::GroupScaling;
 use crate::recipe::{ModuleQuantizers, Pass, Recipe, SlotLayout};
 
 /// Shared counters of a module (kept across clones; not saved).
@@ -260,6 +261,7 @@ impl<B: LowpLinear> LowpState<B> {
         pass: Pass,
         slots: Vec<usize>,
         name: String,
+        scaling: GroupScaling,
     ) -> GroupedQuantizer<B::Quant> {
         let (quantizer, state) = match pass {
             Pass::Forward => (&self.quantizers.forward[slots[0]], self.delayed_forward.as_ref()),
@@ -288,17 +290,20 @@ impl<B: LowpLinear> LowpState<B> {
             delayed,
             seed: name_seed(&self.layout.name)
                 .wrapping_add(self.counters.calls.fetch_add(groups, Ordering::Relaxed)),
+            scaling,
         }
     }
 
     /// The grouped linear op of a grouped module (one GEMM per expert): inputs, stacked weights
-    /// (cached as `linear_op` does) and gradients, each quantized per expert.
+    /// (cached as `linear_op` does) and gradients, each quantized per expert (FP8 per-tensor
+    /// scales per expert or shared, as `scaling` says).
     pub fn grouped_linear_op(
         &self,
         is_first_microbatch: Option<bool>,
         weight_groups: Groups<B::Quant>,
         wgrad: WgradTarget<B::Quant>,
         errors: BackwardErrors,
+        scaling: GroupScaling,
     ) -> GroupedLinearOp<B::Quant> {
         let gemms = self.layout.gemms();
         let slots = |f: fn(&crate::recipe::GemmSlots) -> usize| gemms.iter().map(f).collect();
@@ -317,16 +322,23 @@ impl<B: LowpLinear> LowpState<B> {
                     Pass::Forward,
                     slots(|g| g.weight),
                     name("weight"),
+                    scaling,
                 ))
             }
         };
         GroupedLinearOp {
-            input: self.grouped_quantizer(Pass::Forward, slots(|g| g.input), name("input")),
+            input: self.grouped_quantizer(
+                Pass::Forward,
+                slots(|g| g.input),
+                name("input"),
+                scaling,
+            ),
             weight,
             grad_output: self.grouped_quantizer(
                 Pass::Backward,
                 slots(|g| g.grad_output),
                 name("grad_output"),
+                scaling,
             ),
             weight_groups,
             wgrad,

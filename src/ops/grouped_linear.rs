@@ -26,6 +26,7 @@ use crate::backend::{
 use crate::debug::layer::ExpertRows;
 use crate::debug::{LayerDebug, TensorKind};
 use crate::error::{LowpError, Result};
+use crate::format::grouped::GroupScaling;
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
 use crate::quant::{QuantizedTensor, QuantizerSpec};
@@ -50,13 +51,15 @@ pub struct GroupedDelayed<Q: LowpBackend> {
 }
 
 /// How one grouped operand is quantized: one spec for every group (the recipe gives all experts'
-/// slots the same role), per-group delayed-scaling slots, and this call's rounding seed.
+/// slots the same role), per-group delayed-scaling slots, this call's rounding seed, and whether
+/// FP8 per-tensor groups share one scale.
 #[derive(Clone, Debug)]
 pub struct GroupedQuantizer<Q: LowpBackend> {
     pub name: String,
     pub spec: QuantizerSpec,
     pub delayed: Option<GroupedDelayed<Q>>,
     pub seed: u64,
+    pub scaling: GroupScaling,
 }
 
 impl<Q: LowpBackend> GroupedQuantizer<Q> {
@@ -67,7 +70,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         usage: Usage,
     ) -> Result<QuantizedTensor<Q>> {
         let delayed = self.delayed.as_ref().map(|d| (d.scales.clone(), d.fp8));
-        let q = quantize_grouped(x, groups, &self.spec, usage, self.seed, delayed)?;
+        let q = quantize_grouped(x, groups, &self.spec, usage, self.seed, delayed, self.scaling)?;
         if let Some(delayed) = &self.delayed {
             let direction = if usage.rowwise {
                 crate::format::Direction::Rowwise

@@ -9,13 +9,15 @@ use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 use crate::backend::grouped::group_view;
 use crate::backend::{matrix_dims, Groups, LowpBackend};
 use crate::error::{LowpError, Result};
+use crate::format::grouped::GroupScaling;
 use crate::format::{Direction, Fp8Format, Usage};
 use crate::quant::quantizer::identity;
 use crate::quant::spec::{ColumnwiseSource, QuantizerSpec};
 use crate::quant::QuantizedTensor;
 
 /// Quantizes the grouped matrix `x` with `spec` (group g's stochastic rounding seeded
-/// `seed + g`); `delayed` gives a delayed request's per-group scales (`[groups]` f32) and format.
+/// `seed + g`); `delayed` gives a delayed request's per-group scales (`[groups]` f32) and format;
+/// `scaling` says whether FP8 per-tensor groups share one scale.
 pub fn quantize_grouped<B: LowpBackend>(
     x: FloatTensor<B>,
     groups: &Groups<B>,
@@ -23,6 +25,7 @@ pub fn quantize_grouped<B: LowpBackend>(
     usage: Usage,
     seed: u64,
     delayed: Option<(FloatTensor<B>, Fp8Format)>,
+    scaling: GroupScaling,
 ) -> Result<QuantizedTensor<B>> {
     match spec {
         QuantizerSpec::Identity { dtype } => Ok(identity::<B>(x, *dtype, usage)),
@@ -34,7 +37,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                     "a delayed-scaling slot needs its module's scales",
                 )
             })?;
-            B::quantize_fp8_with_scale_grouped(x, fp8, scales, groups, usage)
+            B::quantize_fp8_with_scale_grouped(x, fp8, scales, groups, usage, scaling)
         }
         QuantizerSpec::Hybrid {
             rowwise,
@@ -50,6 +53,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                     Usage::ROWWISE,
                     seed,
                     delayed.clone(),
+                    scaling,
                 )?)
             } else {
                 None
@@ -67,6 +71,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                                 Usage::ROWWISE,
                                 seed,
                                 delayed.clone(),
+                                scaling,
                             )?,
                         };
                         dequantize_grouped(&row, groups, Direction::Rowwise)?
@@ -79,6 +84,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                     Usage::COLUMNWISE,
                     seed,
                     delayed,
+                    scaling,
                 )?)
             } else {
                 None
@@ -90,7 +96,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                 columnwise: col.and_then(|q| q.columnwise),
             })
         }
-        plain => B::lowp_quantize_grouped(x, groups, &plain.format_config(Some(seed))?, usage),
+        plain => B::lowp_quantize_grouped(x, groups, &plain.format_config(Some(seed))?, usage, scaling),
     }
 }
 

@@ -37,6 +37,10 @@ pub struct QuantizedStorage<B: LowpBackend> {
     pub scales: StorageScales<B>,
     /// f32 amax where the format keeps one (FP8 per-tensor, NVFP4).
     pub amax: Option<B::Bytes>,
+    /// A grouped FP8 per-tensor storage whose per-group `scale_inv` values are all one shared
+    /// value (`format::grouped::GroupScaling::Shared`): a grouped GEMM may apply the first as the
+    /// whole operand's scale.
+    pub shared_scale: bool,
 }
 
 /// One representation of a tensor.
@@ -138,11 +142,25 @@ impl<B: LowpBackend> QuantizedStorage<B> {
             codes_shape: data.codes_shape,
             scales,
             amax: data.amax.map(|a| upload(f32_to_bytes(&[a]))),
+            shared_scale: false,
         }
     }
 }
 
 impl<B: LowpBackend> QuantizedTensor<B> {
+    /// Marks its FP8 per-tensor storages as holding one scale shared by all groups (the grouped
+    /// quantizers' `GroupScaling::Shared`, which wrote them so).
+    pub fn with_shared_scale(mut self) -> Self {
+        for side in [&mut self.rowwise, &mut self.columnwise] {
+            if let Some(Storage::Quantized(s)) = side {
+                if matches!(s.format, QuantFormat::Fp8Tensor { .. }) {
+                    s.shared_scale = true;
+                }
+            }
+        }
+        self
+    }
+
     pub fn storage(&self, direction: Direction) -> Option<&Storage<B>> {
         match direction {
             Direction::Rowwise => self.rowwise.as_ref(),

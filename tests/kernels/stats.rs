@@ -250,7 +250,7 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
         check_group(&grouped, g, None, "grouped");
     }
     for (name, config) in crate::suite::configs() {
-        let q = B::lowp_quantize_grouped(xt.clone(), &layout.groups, &config, Usage::BOTH).unwrap();
+        let q = B::lowp_quantize_grouped(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()).unwrap();
         for direction in [Direction::Rowwise, Direction::Columnwise] {
             let context = format!("{name} {direction:?}");
             let dq = B::lowp_grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();

@@ -3,7 +3,8 @@
 
 use burn_lowp::backend::grouped::group_view;
 use burn_lowp::backend::{Groups, LowpBackend, RowGroup};
-use burn_lowp::format::grouped::{group_config, group_layout, SplitStatus};
+use burn_lowp::format::grouped::{group_config, group_layout, GroupScaling, SplitStatus};
+use burn_lowp::quant::{QuantizedTensor, Storage, StorageScales};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{
     quantize, quantize_fp8_with_scale, Direction, FormatConfig, Fp8BlockScaling, Fp8CurrentScaling,
@@ -521,7 +522,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         let (x, groups) = grouped_input(&splits, tokens, cols, dtype, 17);
         let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
         for (name, config) in configs() {
-            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, Usage::BOTH)
+            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, Usage::BOTH, GroupScaling::PerGroup)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             for (g, group) in groups.iter().enumerate() {
                 if group.len == 0 {
@@ -538,7 +539,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH).unwrap();
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH, GroupScaling::PerGroup).unwrap();
             for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
                 let slice = HostMatrix::new("slice", group.len, cols, dtype,
                     x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
@@ -552,6 +553,70 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
     println!("{cases} grouped quantize groups bit-exact against their slices");
 }
 
+/// `GroupScaling::Shared`: every group of a grouped FP8 per-tensor quantization equals its slice
+/// quantized with the one shared scale, bit for bit: the scale of the largest group amax (current
+/// scaling, amax taken here on the host) or the smallest given scale (delayed); each group keeps
+/// its own amax, every group's `scale_inv` (empty groups too) is the shared one, and the storages
+/// say so.
+pub fn check_grouped_shared_scale_matches_per_slice<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    // Group 1 holds the largest values, group 2 far smaller ones (its own scale would differ).
+    let (splits, tokens) = (vec![0, 200, 37, 63], 300);
+    let cols = 128;
+    let mut cases = 0;
+    for &dtype in dtypes {
+        let (mut x, groups) = grouped_input(&splits, tokens, cols, dtype, 23);
+        for v in &mut x.values[groups[2].start * cols..(groups[2].start + groups[2].len) * cols] {
+            *v = dtype.round(*v * 2.0f32.powi(-6));
+        }
+        let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
+        let slice = |g: &RowGroup| {
+            HostMatrix::new("slice", g.len, cols, dtype, x.values[g.start * cols..(g.start + g.len) * cols].to_vec()).unwrap()
+        };
+        let amaxes: Vec<f32> = groups.iter().map(|g| burn_lowp::format::scaling::amax(&slice(g).values)).collect();
+        let largest = amaxes.iter().cloned().fold(0.0f32, f32::max);
+        let mut checked = |q: QuantizedTensor<B>, fp8: Fp8Format, scale: f32, what: &str| {
+            for side in [&q.rowwise, &q.columnwise] {
+                let Some(Storage::Quantized(s)) = side else {
+                    panic!("{what}: a quantized storage per direction");
+                };
+                assert!(s.shared_scale, "{what}: storage not marked shared");
+                let StorageScales::TensorScaleInv(bytes) = &s.scales else {
+                    panic!("{what}: FP8 per-tensor scales");
+                };
+                for (g, word) in B::bytes_to_host(bytes).chunks_exact(4).enumerate() {
+                    let got = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+                    assert_eq!(got.to_bits(), (1.0f32 / scale).to_bits(), "{what}: group {g}'s scale_inv (empty ones too)");
+                }
+            }
+            for (g, group) in groups.iter().enumerate() {
+                if group.len == 0 {
+                    continue;
+                }
+                let view = group_view(&q, g, *group);
+                let reference = quantize_fp8_with_scale(&slice(group), fp8, scale, Usage::BOTH).unwrap();
+                let ours = view.to_host().unwrap();
+                assert_bit_equal(&ours, &reference, &format!("{what} {} group {g}", dtype.name()));
+                cases += 1;
+            }
+        };
+        for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            let current = Fp8CurrentScaling::new(fp8);
+            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups,
+                &FormatConfig::Fp8Current(current), Usage::BOTH, GroupScaling::Shared).unwrap();
+            checked(q, fp8, current.scale_for(largest), &format!("shared current {fp8:?}"));
+            let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
+            let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor,
+                &device_groups, Usage::BOTH, GroupScaling::Shared).unwrap();
+            checked(q, fp8, 2.0f32.powi(-9), &format!("shared delayed {fp8:?}"));
+        }
+        // Per-group scales differ for these groups, so sharing is visible.
+        let current = Fp8CurrentScaling::new(Fp8Format::E4M3);
+        assert_ne!(current.scale_for(amaxes[2]), current.scale_for(largest), "the test's groups need different own scales");
+    }
+    println!("{cases} shared-scale grouped quantize groups bit-exact against their slices");
+}
+
 /// Instantiates the suite for `$backend` on `$device` (an `Option`: `None` skips) with `$dtypes`.
 macro_rules! kernel_suite {
     ($backend:ty, $device:expr, [$($dtype:expr),*]) => {
@@ -560,6 +625,11 @@ macro_rules! kernel_suite {
         #[test]
         fn quantize_matches_reference() {
             if let Some(d) = $device { crate::suite::check_quantize_matches_reference::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn grouped_shared_scale_matches_per_slice() {
+            if let Some(d) = $device { crate::suite::check_grouped_shared_scale_matches_per_slice::<$backend>(&d, &dtypes()); }
         }
 
         #[test]

@@ -437,7 +437,7 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
         };
         let quantize = |t, groups, slot: usize| {
             let spec = &m.lowp.quantizers.forward[slot].spec;
-            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None).unwrap()
+            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, Default::default()).unwrap()
         };
         let qx = quantize(matrix(layout.rows()), &layout.groups, 0);
         let weight_groups = Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
@@ -463,6 +463,100 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// `fp8_scales: shared` (current scaling): every expert's GEMMs run on one scale per operand,
+/// that of the operand's amax over all experts. Forward, dX and dW equal, expert by expert, exact
+/// products of the operands quantized on the host with those shared scales (relative error per
+/// expert <= 1e-2: BF16 outputs and summation order on the GPU). Expert 2's tokens are 2^-16 of
+/// the others', so its own scale would give it other codes than the shared one: per-expert
+/// scales fail this check by far.
+pub fn check_grouped_shared_fp8_scales<B: LowpBackend>(device: &B::Device) {
+    use burn_lowp::format::grouped::GroupScaling;
+    use burn_lowp::format::{quantize_fp8_with_scale, Direction, Fp8CurrentScaling, Fp8Format, HostMatrix, InputDtype, Usage};
+    let _turn = turn();
+    let (experts, inp, out) = (4, 128, 128);
+    let case = [37i64, 0, 150, 69];
+    let tokens = 256;
+    let m: GroupedLinear<AD<B>> = GroupedLinearConfig::new(experts, inp, out)
+        .with_bias(false)
+        .with_fp8_scales(GroupScaling::Shared)
+        .with_name("layers.1.experts".into())
+        .init(&recipe("current_scaling.json"), device)
+        .unwrap();
+    let x = Tensor::<AD<B>, 2>::random([tokens, inp], Distribution::Normal(0.0, 1.0), device);
+    let expert2 = Tensor::cat(
+        vec![
+            Tensor::<AD<B>, 1>::ones([37], device),
+            Tensor::full([150], 2f32.powi(-16), device),
+            Tensor::ones([69], device),
+        ],
+        0,
+    );
+    let x = Tensor::<AD<B>, 2>::from_inner((x * expert2.reshape([tokens, 1])).inner()).require_grad();
+    let dy = Tensor::<AD<B>, 2>::random([tokens, out], Distribution::Normal(0.0, 1.0), device);
+    let y = m.forward(x.clone(), splits::<AD<B>>(&case, device)).unwrap();
+    let grads = (y.clone() * dy.clone()).sum().backward();
+    let (y, dx, dw) = (
+        values(y.inner()),
+        values(x.grad(&grads).unwrap()),
+        values(m.weight.grad(&grads).unwrap()),
+    );
+    let (xv, dyv, wv) = (values(x.inner()), values(dy.inner()), values(m.weight.val().inner()));
+    // The host reference: each operand's values quantized with its one shared scale.
+    let shared = |v: &[f32], rows: usize, cols: usize, fp8: Fp8Format| {
+        let amax = v.iter().fold(0.0f32, |a, b| a.max(b.abs()));
+        let scale = Fp8CurrentScaling::new(fp8).scale_for(amax);
+        let host = HostMatrix::new("operand", rows, cols, InputDtype::F32, v.to_vec()).unwrap();
+        quantize_fp8_with_scale(&host, fp8, scale, Usage::ROWWISE).unwrap().dequantize(Direction::Rowwise).unwrap()
+    };
+    let (qx, qw, qdy) = (
+        shared(&xv, tokens, inp, Fp8Format::E4M3),
+        shared(&wv, experts * out, inp, Fp8Format::E4M3),
+        shared(&dyv, tokens, out, Fp8Format::E5M2),
+    );
+    // C[i, j] = sum_k A[i, k] B[j, k] for row-major A [n, kk] (rows a0..) and B [m, kk].
+    let product = |a: &dyn Fn(usize, usize) -> f32, b: &dyn Fn(usize, usize) -> f32, n: usize, m: usize, kk: usize| {
+        let mut c = vec![0.0f32; n * m];
+        for i in 0..n {
+            for j in 0..m {
+                c[i * m + j] = (0..kk).map(|k| a(i, k) as f64 * b(j, k) as f64).sum::<f64>() as f32;
+            }
+        }
+        c
+    };
+    let mut failures = Vec::new();
+    let mut start = 0;
+    for (g, &n) in case.iter().enumerate() {
+        let n = n as usize;
+        let w0 = g * out * inp;
+        let rows = |v: &[f32], cols: usize| v[start * cols..(start + n) * cols].to_vec();
+        let checks = [
+            (
+                "forward",
+                rows(&y, out),
+                product(&|i, k| qx[(start + i) * inp + k], &|j, k| qw[w0 + j * inp + k], n, out, inp),
+            ),
+            (
+                "dX",
+                rows(&dx, inp),
+                product(&|i, k| qdy[(start + i) * out + k], &|j, k| qw[w0 + k * inp + j], n, inp, out),
+            ),
+            (
+                "dW",
+                dw[w0..w0 + out * inp].to_vec(),
+                product(&|i, k| qdy[(start + k) * out + i], &|j, k| qx[(start + k) * inp + j], out, inp, n),
+            ),
+        ];
+        for (what, got, want) in checks {
+            let r = relative_error(&got, &want);
+            if !(r <= 1e-2) {
+                failures.push(format!("expert {g} {what}: relative error {r:.3e} against the shared-scale reference"));
+            }
+        }
+        start += n;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 macro_rules! grouped_suite {
     ($backend:ty, $device:expr, $exactness:expr) => {
         #[test]
@@ -483,6 +577,13 @@ macro_rules! grouped_suite {
         fn grouped_linear_caches_stacked_weights_across_micro_batches() {
             if let Some(d) = $device {
                 crate::grouped::check_grouped_weight_cache::<$backend>(&d);
+            }
+        }
+
+        #[test]
+        fn grouped_linear_shared_fp8_scales_equal_the_shared_scale_reference() {
+            if let Some(d) = $device {
+                crate::grouped::check_grouped_shared_fp8_scales::<$backend>(&d);
             }
         }
 
