@@ -518,7 +518,9 @@ impl CublasLt {
                     }
                 }
             }
-            if g.a.scale.is_some() {
+            // (FP8 on unit scales, e.g. a pointer array whose per-group scales are applied
+            // after it, asks for fast accumulation too.)
+            if g.a.scale.is_some() || g.fast_accum {
                 set(
                     desc,
                     Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
