@@ -23,6 +23,10 @@ mod fused;
 #[path = "kernels/routing.rs"]
 mod routing;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[path = "kernels/zeroed.rs"]
+mod zeroed;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -76,6 +80,7 @@ mod wgpu {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
+    crate::zeroed::zeroed_suite!(WgpuRuntime, device());
 }
 
 #[cfg(feature = "cuda")]
@@ -117,4 +122,5 @@ mod cuda {
         device(),
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
+    crate::zeroed::zeroed_suite!(CudaRuntime, device());
 }

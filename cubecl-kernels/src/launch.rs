@@ -199,8 +199,16 @@ fn round_up(a: usize, b: usize) -> usize {
     a.div_ceil(b) * b
 }
 
-/// A buffer of `words` u32 set to `value` on the device (no host copy).
+/// Zero-filled requests up to this many words come from `zeroed::zeroed_words`'s arena (no
+/// launch of their own).
+const ARENA_WORDS: usize = 1024;
+
+/// A buffer of `words` u32 set to `value` on the device (no host copy). Small zeroed buffers (the
+/// amaxes' accumulators) are slots of an arena zeroed by one launch for many of them.
 pub fn filled<R: Runtime>(client: &ComputeClient<R>, words: usize, value: u32) -> Handle {
+    if value == 0 && words <= ARENA_WORDS {
+        return crate::zeroed::zeroed_words(client, words);
+    }
     let handle = client.empty(words.max(1) * 4);
     fill(client, &handle, words.max(1), value);
     handle

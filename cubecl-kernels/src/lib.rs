@@ -47,6 +47,7 @@ pub mod stream_flags;
 pub mod sum_squares;
 pub mod swizzle;
 pub mod token_routing;
+pub mod zeroed;
 
 pub use codec::{ElemKind, Fp8Kind};
 pub use cubecl;

@@ -1,0 +1,43 @@
+//! `burn_lowp_kernels::zeroed::zeroed_words`, the arena of zeroed accumulator words: every slot
+//! reads zero when handed out, even after earlier slots were written, and slots never overlap
+//! (also across a new arena replacing a full one).
+
+use burn_lowp_kernels::cubecl::prelude::*;
+use burn_lowp_kernels::zeroed::zeroed_words;
+
+fn words(client: &ComputeClient<impl Runtime>, handle: &burn_lowp_kernels::cubecl::server::Handle, n: usize) -> Vec<u32> {
+    let bytes = client.read_one(handle.clone()).expect("device read");
+    bytes[..4 * n]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+pub fn check_zeroed_words<R: Runtime>(device: &R::Device) {
+    let client = R::client(device);
+    // 600 slots of 1..=70 words: more than two arenas' worth of 256-byte slots.
+    let mut slots = Vec::new();
+    for i in 0..600usize {
+        let n = 1 + i % 70;
+        let slot = zeroed_words(&client, n);
+        assert!(words(&client, &slot, n).iter().all(|&w| w == 0), "slot {i} ({n} words) not zero");
+        burn_lowp_kernels::fill(&client, &slot, n, i as u32 + 1);
+        slots.push((slot, n));
+    }
+    for (i, (slot, n)) in slots.iter().enumerate() {
+        let got = words(&client, slot, *n);
+        assert!(got.iter().all(|&w| w == i as u32 + 1), "slot {i} was overwritten: {:?}", &got[..got.len().min(4)]);
+    }
+}
+
+macro_rules! zeroed_suite {
+    ($runtime:ty, $device:expr) => {
+        #[test]
+        fn zeroed_words_are_zero_and_never_shared() {
+            if let Some(d) = $device {
+                crate::zeroed::check_zeroed_words::<$runtime>(&d);
+            }
+        }
+    };
+}
+pub(crate) use zeroed_suite;
