@@ -203,6 +203,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     let groups = a.groups;
     // (The shared scales' first values are the operands' per-tensor scales; cuBLAS A is our B.)
     let shared_scales = fp8_scales.as_ref().filter(|s| s.shared).map(|s| [s.b.clone(), s.a.clone()]);
+    let shared = shared_scales.is_some();
     let mut handles = vec![
         a_data,
         b_data,
@@ -212,7 +213,6 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         groups.len.handle.clone(),
     ];
     handles.extend(shared_scales.into_iter().flatten());
-    let shared = handles.len() == 8;
     let buffers: Vec<&Handle> = handles.iter().collect();
     let (a_es, b_es) = (element_bytes(a_type), element_bytes(b_type));
     let d_type = data_type(d_dtype);
