@@ -10,7 +10,9 @@ use burn::tensor::{read_sync, TensorData, TensorMetadata};
 use super::grouped::{host_group_layout, GroupLayout, Groups, RowGroup};
 use super::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
-use crate::format::grouped::{group_config, group_ranges, quantize_groups, GroupScaling};
+use crate::format::grouped::{
+    group_config, group_ranges, group_slice, group_values, quantize_groups, GroupScaling,
+};
 use crate::format::scaling::amax;
 use crate::format::{
     check_shape, codes_shape, quantize, quantize_fp8_with_scale, scales_shape, Direction,
@@ -81,14 +83,7 @@ fn fp8_groups_with_scales(
             if group.len == 0 {
                 return Ok(None);
             }
-            let slice = HostMatrix::new(
-                &m.name,
-                group.len,
-                m.cols,
-                m.dtype,
-                m.values[group.start * m.cols..(group.start + group.len) * m.cols].to_vec(),
-            )?;
-            quantize_fp8_with_scale(&slice, fp8, scale, usage).map(Some)
+            quantize_fp8_with_scale(&group_slice(m, *group)?, fp8, scale, usage).map(Some)
         })
         .collect::<Result<Vec<_>>>()?;
     let format = QuantFormat::Fp8Tensor { fp8 };
@@ -292,10 +287,7 @@ impl LowpBackend for NdArray {
         if let (GroupScaling::Shared, FormatConfig::Fp8Current(c)) = (scaling, config) {
             // The scale of the largest group amax, for every group.
             crate::format::grouped::check_groups(&m.name, &groups, m.rows)?;
-            let amaxes: Vec<f32> = groups
-                .iter()
-                .map(|g| amax(&m.values[g.start * m.cols..(g.start + g.len) * m.cols]))
-                .collect();
+            let amaxes: Vec<f32> = groups.iter().map(|g| amax(group_values(&m, *g))).collect();
             let scale = c.scale_for(GroupScaling::shared_amax(&amaxes));
             let q = fp8_groups_with_scales(&m, c.fp8, &vec![scale; groups.len()], &groups, usage)?;
             return Ok(q.with_shared_scale());

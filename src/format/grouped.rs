@@ -264,6 +264,16 @@ pub fn group_ranges(
     }
 }
 
+/// The values of group `group`'s rows of the grouped matrix `x`, row-major.
+pub fn group_values(x: &HostMatrix, group: RowGroup) -> &[f32] {
+    &x.values[group.start * x.cols..(group.start + group.len) * x.cols]
+}
+
+/// Group `group`'s rows of `x` as a matrix of their own (one group's slice).
+pub fn group_slice(x: &HostMatrix, group: RowGroup) -> Result<HostMatrix> {
+    HostMatrix::new(&x.name, group.len, x.cols, x.dtype, group_values(x, group).to_vec())
+}
+
 /// The reference grouped quantizer: each group's rows `[start, start + len)` quantized on their own
 /// (NVFP4 stochastic rounding with seed `seed + g`); `None` for empty groups.
 pub fn quantize_groups(
@@ -280,14 +290,7 @@ pub fn quantize_groups(
             if group.len == 0 {
                 return Ok(None);
             }
-            let slice = HostMatrix::new(
-                &x.name,
-                group.len,
-                x.cols,
-                x.dtype,
-                x.values[group.start * x.cols..(group.start + group.len) * x.cols].to_vec(),
-            )?;
-            quantize(&slice, &group_config(config, g), usage).map(Some)
+            quantize(&group_slice(x, *group)?, &group_config(config, g), usage).map(Some)
         })
         .collect()
 }
