@@ -389,8 +389,9 @@ pub fn check_grouped_bad_input<B: LowpBackend>(device: &B::Device) {
 }
 
 /// The graph-safe path (CUDA): under BF16 and FP8 per-tensor recipes, fprop and dgrad run as
-/// one pointer-array call over device splits, and a forward reads no split on the host; FP8 block
-/// scaling and every wgrad run per group on the host copy of the splits.
+/// one pointer-array call over device splits (also with shared expert scales), and a forward reads
+/// no split on the host; FP8 block scaling and every wgrad run per group on the host copy of the
+/// splits.
 pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
     use burn_lowp::backend::{
         host_syncs, GemmKind, GemmPath, GroupedGemmPath, GroupedOperand, Groups,
@@ -400,12 +401,14 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
     let _turn = turn();
     let case = [300i64, 0, 17, 195];
     let tokens = 512;
-    for (name, fprop_dgrad) in [
-        ("bf16.json", GroupedGemmPath::PointerArray(GemmPath::CublasLtHighPrecision)),
-        ("current_scaling.json", GroupedGemmPath::PointerArray(GemmPath::CublasLtFp8Tensor)),
-        ("block_scaling.json", GroupedGemmPath::PerGroup(GemmPath::CublasLtFp8Block)),
+    use burn_lowp::format::grouped::GroupScaling;
+    for (name, scaling, fprop_dgrad) in [
+        ("bf16.json", GroupScaling::PerGroup, GroupedGemmPath::PointerArray(GemmPath::CublasLtHighPrecision)),
+        ("current_scaling.json", GroupScaling::PerGroup, GroupedGemmPath::PointerArray(GemmPath::CublasLtFp8Tensor)),
+        ("current_scaling.json", GroupScaling::Shared, GroupedGemmPath::PointerArray(GemmPath::CublasLtFp8Tensor)),
+        ("block_scaling.json", GroupScaling::PerGroup, GroupedGemmPath::PerGroup(GemmPath::CublasLtFp8Block)),
     ] {
-        let m = grouped::<B>(&GroupedLinearConfig::new(4, 256, 256), name, device);
+        let m = grouped::<B>(&GroupedLinearConfig::new(4, 256, 256).with_fp8_scales(scaling), name, device);
         let x = Tensor::<AD<B>, 2>::random([tokens, 256], Distribution::Normal(0.0, 1.0), device);
         // Warm up (algorithm selection per shape), then count.
         m.forward(x.clone(), splits::<AD<B>>(&case, device)).unwrap();
@@ -414,7 +417,7 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
         let reads = host_syncs().since(&before).split_reads;
         let _ = values(y.inner());
         if matches!(fprop_dgrad, GroupedGemmPath::PointerArray(_)) {
-            assert_eq!(reads, 0, "{name}: a graph-safe forward read the splits on the host");
+            assert_eq!(reads, 0, "{name} {scaling:?}: a graph-safe forward read the splits on the host");
         }
         // The paths the backend picks for these operands (in == out, so X stands for dY too).
         let layout = m.layout(splits::<AD<B>>(&case, device), tokens).unwrap();
@@ -437,7 +440,7 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
         };
         let quantize = |t, groups, slot: usize| {
             let spec = &m.lowp.quantizers.forward[slot].spec;
-            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, Default::default()).unwrap()
+            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, scaling).unwrap()
         };
         let qx = quantize(matrix(layout.rows()), &layout.groups, 0);
         let weight_groups = Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
@@ -451,7 +454,7 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
             groups: &weight_groups,
         };
         for kind in [GemmKind::Fprop, GemmKind::Dgrad] {
-            assert_eq!(B::grouped_gemm_path(kind, x_op, w_op), fprop_dgrad, "{name} {kind:?}");
+            assert_eq!(B::grouped_gemm_path(kind, x_op, w_op), fprop_dgrad, "{name} {scaling:?} {kind:?}");
         }
         assert!(
             matches!(
