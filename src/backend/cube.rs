@@ -955,6 +955,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             ));
         }
         let kind = elem_kind(x.dtype, "input")?;
+        let shared = scaling == GroupScaling::Shared;
         let x = prepare(x);
         let scales = into_contiguous(scales);
         let (client, device) = (x.client.clone(), x.device.clone());
@@ -980,11 +981,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 rows: &groups.len.handle,
                 count: groups.count,
             }),
-            scaling == GroupScaling::Shared,
+            shared,
         )
         .map_err(kernel_error("input"))?;
         let q = wrap(&client, &device, out, format, (rows, cols), false, groups.count);
-        Ok(if scaling == GroupScaling::Shared { q.with_shared_scale() } else { q })
+        Ok(if shared { q.with_shared_scale() } else { q })
     }
 
     fn lowp_grouped_gemm(
