@@ -1,7 +1,7 @@
 //! A value computed once, when it is first asked for: a device read that was requested early and
 //! has usually arrived by then, or host work on such a read. `Deferred` holds the computation
-//! until then, and afterwards the value or why it failed. The grouped split sizes' host copy
-//! (`backend::grouped::HostCopy`) and the debug tools' shared reads resolve this way.
+//! until then, and afterwards the value or why it failed. The debug tools' shared reads resolve
+//! this way (the grouped split sizes' `backend::host_copy::HostCopy` can also resolve itself).
 
 use crate::error::Result;
 
@@ -35,15 +35,6 @@ impl<T> Deferred<T> {
             Deferred::Pending(_) => unreachable!("resolved above"),
         }
     }
-
-    /// `pending`, `ready` or `failed`.
-    pub(crate) fn state(&self) -> &'static str {
-        match self {
-            Deferred::Pending(_) => "pending",
-            Deferred::Ready(_) => "ready",
-            Deferred::Failed(_) => "failed",
-        }
-    }
 }
 
 #[cfg(test)]
@@ -61,7 +52,6 @@ mod tests {
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(7)
         });
-        assert_eq!(d.state(), "pending");
         assert_eq!(*d.resolve().unwrap(), 7);
         *d.resolve().unwrap() += 1;
         assert_eq!(*d.resolve().unwrap(), 8);
@@ -70,6 +60,5 @@ mod tests {
         let first = failed.resolve().unwrap_err();
         assert!(first.contains("broke"), "{first}");
         assert_eq!(failed.resolve().unwrap_err(), first);
-        assert_eq!(failed.state(), "failed");
     }
 }

@@ -812,7 +812,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             words(&buffers.group_tokens, count),
             words(&buffers.status, kernels::group_layout::STATUS_WORDS),
         ]);
-        let host = HostCopy::pending(move || {
+        // On CUDA a resolver thread takes the copy as soon as it arrives, so that the grouped
+        // GEMMs can see (without waiting) whether the host knows the splits already.
+        let resolve = move || {
             let read = later()?;
             let u32s = |b: &Vec<u8>| {
                 b.chunks_exact(4)
@@ -830,7 +832,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                     .collect(),
                 status: SplitStatus::from_words([status[0] as u32, status[1] as u32, status[2] as u32]),
             })
-        });
+        };
+        #[cfg(feature = "cuda")]
+        let background = super::cuda_gemm::is_cuda::<R>()
+            && super::host_copy::split_copy() == super::host_copy::SplitCopy::Background;
+        #[cfg(not(feature = "cuda"))]
+        let background = false;
+        let host = if background {
+            HostCopy::in_background(resolve)
+        } else {
+            HostCopy::pending(resolve)
+        };
         Ok(GroupLayout {
             groups: Groups {
                 count,

@@ -5,16 +5,12 @@
 //! The layouts are specified in `format::grouped`.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorPrimitive};
 
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
-use super::host_sync::record_split_read;
 use super::LowpBackend;
-use crate::deferred::Deferred;
 use crate::error::{LowpError, Result};
 use crate::format::grouped::{group_ranges, SplitStatus};
 use crate::format::{codes_shape, scales_shape, Direction};
@@ -22,65 +18,7 @@ use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 pub use crate::format::grouped::{aligned_rows, RowGroup, GROUP_ALIGN};
 
-/// A value made on the device whose copy to the host was requested when it was made, so that
-/// reading it later waits only if the GPU has not got there yet. Clones share the copy; the first
-/// read resolves it (and is counted in `host_syncs`), later reads are free.
-pub struct HostCopy<T> {
-    state: Arc<Mutex<Deferred<T>>>,
-}
-
-impl<T> Clone for HostCopy<T> {
-    fn clone(&self) -> Self {
-        HostCopy {
-            state: self.state.clone(),
-        }
-    }
-}
-
-impl<T> std::fmt::Debug for HostCopy<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HostCopy({})", self.state.lock().expect("host copy lock").state())
-    }
-}
-
-impl<T: Clone> HostCopy<T> {
-    /// A value the host already has.
-    pub fn ready(value: T) -> Self {
-        HostCopy {
-            state: Arc::new(Mutex::new(Deferred::Ready(value))),
-        }
-    }
-
-    /// A value `wait` produces once the device copy has arrived (its wait is counted in
-    /// `host_syncs`).
-    pub fn pending(wait: impl FnOnce() -> Result<T> + Send + 'static) -> Self {
-        let timed = move || {
-            let started = Instant::now();
-            let value = wait();
-            record_split_read(started.elapsed());
-            value
-        };
-        HostCopy {
-            state: Arc::new(Mutex::new(Deferred::new(timed))),
-        }
-    }
-
-    /// The value, waiting for the copy if it has not arrived.
-    pub fn get(&self) -> Result<T> {
-        let mut state = self.state.lock().expect("host copy lock");
-        state.resolve().map(|v| v.clone()).map_err(|e| {
-            LowpError::invalid("host copy of grouped split sizes", "failed", e)
-        })
-    }
-
-    /// Whether the host holds the value already (reading it costs nothing).
-    pub fn is_ready(&self) -> bool {
-        matches!(
-            &*self.state.lock().expect("host copy lock"),
-            Deferred::Ready(_)
-        )
-    }
-}
+pub use super::host_copy::HostCopy;
 
 /// The host view of a grouped matrix's groups, and the check of the splits they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

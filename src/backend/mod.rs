@@ -32,6 +32,7 @@ pub mod device;
 pub mod gemm;
 pub mod gemm_profile;
 pub mod grouped;
+pub mod host_copy;
 pub mod host_sync;
 pub mod norm_act;
 
