@@ -9,11 +9,14 @@
 //!   sides, as `torch._scaled_grouped_mm`; `fp8_tensor_shared`: one scale shared by the experts,
 //!   applied by cuBLASLt, no per-expert pass) and FP8 block (1x128 activations x 128x128 weights).
 //!   The splits live on the device; the operands are in the aligned layout. TFLOP/s counts useful
-//!   work, 2·T·N·K.
+//!   work, 2·T·N·K. Pointer-array GEMMs run twice: `batch: exact` with the splits' host copy
+//!   arrived (the chunks the groups fill), `batch: bound` before it has (the host-known bound).
 //! * `grouped_linear_step`: `GroupedLinear` (E = 8, 2048 -> 2048, 32768 tokens, BF16 parameters and
 //!   activations) forward + backward per recipe (FP8 per-tensor ones also with the experts
 //!   sharing one scale, `_shared`), including the layout, the row moves, every
-//!   quantization, and the host synchronizations per step (`host_syncs`).
+//!   quantization, and the host synchronizations per step (`host_syncs`); `bf16` and
+//!   `current_scaling_shared` also with the splits' copy resolved on first read (`_on_read`,
+//!   `LOWP_SPLIT_COPY=on-read`) rather than by the resolver thread.
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
@@ -28,7 +31,8 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorData};
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::{
-    host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend,
+    host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedGemmPath, GroupedOperand, Groups,
+    LowpBackend,
 };
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
@@ -142,6 +146,13 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
             );
             let layout: GroupLayout<B> =
                 B::group_layout(m_splits.into_primitive(), tokens).expect("layout");
+            // The splits' host copy arrives (the pointer array then runs the chunks they fill);
+            // `unknown` is the same groups before it has (the host-known bound of chunks).
+            layout.check().expect("splits");
+            let unknown = Groups::<B> {
+                host: layout.groups.host.unresolved(),
+                ..layout.groups.clone()
+            };
             let rows = layout.rows();
             let weight_groups =
                 Groups::<B>::from_host(uniform_groups(experts, n), experts * n, device)
@@ -160,28 +171,37 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                 let qx = quantized(x.clone(), &layout.groups, act, both, *scaling);
                 let qdy = quantized(dy.clone(), &layout.groups, act, both, *scaling);
                 let qw = quantized(w.clone(), &weight_groups, wspec, both, *scaling);
-                let op = |t| GroupedOperand {
-                    tensor: t,
-                    groups: &layout.groups,
-                };
                 let wop = GroupedOperand {
                     tensor: &qw,
                     groups: &weight_groups,
                 };
-                for (kind, a, b) in [
-                    (GemmKind::Fprop, op(&qx), wop),
-                    (GemmKind::Dgrad, op(&qdy), wop),
-                    (GemmKind::Wgrad, op(&qdy), op(&qx)),
+                for (kind, batch, groups) in [
+                    (GemmKind::Fprop, "exact", &layout.groups),
+                    (GemmKind::Fprop, "bound", &unknown),
+                    (GemmKind::Dgrad, "exact", &layout.groups),
+                    (GemmKind::Dgrad, "bound", &unknown),
+                    (GemmKind::Wgrad, "exact", &layout.groups),
                 ] {
+                    let op = |t| GroupedOperand { tensor: t, groups };
+                    let (a, b) = match kind {
+                        GemmKind::Fprop => (op(&qx), wop),
+                        GemmKind::Dgrad => (op(&qdy), wop),
+                        GemmKind::Wgrad => (op(&qdy), op(&qx)),
+                    };
                     let options = || GemmOptions::<B> {
                         out_dtype: FloatDType::BF16,
                         accumulate: None,
                     };
                     let path = B::grouped_gemm_path(kind, a, b);
+                    let pointer_array = matches!(path, GroupedGemmPath::PointerArray(_));
+                    if batch == "bound" && !pointer_array {
+                        continue;
+                    }
                     let mut line = json!({
                         "bench": "grouped_gemm", "format": format, "gemm": format!("{kind:?}").to_lowercase(),
                         "experts": experts, "tokens": tokens, "k": k, "n": n, "dist": dist,
                         "splits": splits, "path": format!("{path:?}"),
+                        "batch": if pointer_array { json!(batch) } else { json!(null) },
                     });
                     if let Err(e) = B::lowp_grouped_gemm(kind, a, b, options()) {
                         line["error"] = json!(e.to_string());
@@ -197,6 +217,8 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     line["time_us"] = json!((seconds * 1e6 * 10.0).round() / 10.0);
                     line["tflops"] = json!((flops / seconds / 1e12 * 10.0).round() / 10.0);
                     line["split_reads"] = json!(syncs.split_reads);
+                    line["exact_batches"] = json!(syncs.exact_batches);
+                    line["bound_batches"] = json!(syncs.bound_batches);
                     line["blocking_syncs"] = json!(syncs.blocking());
                     println!("{line}");
                 }
@@ -218,19 +240,25 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
             device,
         ))
         .require_grad();
-        for (name, file, scaling) in [
-            ("bf16", "bf16", GroupScaling::PerGroup),
-            ("current_scaling", "current_scaling", GroupScaling::PerGroup),
-            ("current_scaling_shared", "current_scaling", GroupScaling::Shared),
-            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup),
-            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared),
-            ("block_scaling", "block_scaling", GroupScaling::PerGroup),
-            ("mxfp8", "mxfp8", GroupScaling::PerGroup),
+        use burn_lowp::backend::host_copy::{set_split_copy, SplitCopy};
+        let background = SplitCopy::Background;
+        for (name, file, scaling, split_copy) in [
+            ("bf16", "bf16", GroupScaling::PerGroup, background),
+            ("current_scaling", "current_scaling", GroupScaling::PerGroup, background),
+            ("current_scaling_shared", "current_scaling", GroupScaling::Shared, background),
+            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup, background),
+            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared, background),
+            ("block_scaling", "block_scaling", GroupScaling::PerGroup, background),
+            ("mxfp8", "mxfp8", GroupScaling::PerGroup, background),
+            // The splits' copy resolved by its first reader (the wgrad): bound batches.
+            ("bf16_on_read", "bf16", GroupScaling::PerGroup, SplitCopy::OnRead),
+            ("current_scaling_shared_on_read", "current_scaling", GroupScaling::Shared, SplitCopy::OnRead),
         ] {
             let case = format!("grouped_linear_step {name} {dist}");
             if !selected(&case) {
                 continue;
             }
+            set_split_copy(split_copy);
             let module = GroupedLinearConfig::new(experts, features, features)
                 .with_fp8_scales(scaling)
                 .init::<AD>(&recipe(&format!("{file}.json")), device)
@@ -262,6 +290,8 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                     line["time_us"] = json!((seconds * 1e6 * 10.0).round() / 10.0);
                     line["tflops"] = json!((flops / seconds / 1e12 * 10.0).round() / 10.0);
                     line["split_reads_per_step"] = json!(syncs.split_reads as f64 / steps as f64);
+                    line["exact_batches_per_step"] = json!(syncs.exact_batches as f64 / steps as f64);
+                    line["bound_batches_per_step"] = json!(syncs.bound_batches as f64 / steps as f64);
                     line["blocking_syncs_per_step"] =
                         json!(syncs.blocking() as f64 / steps as f64);
                     line["split_wait_us_per_step"] =
@@ -271,6 +301,7 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
             }
             println!("{line}");
         }
+        set_split_copy(SplitCopy::Background);
     }
 }
 

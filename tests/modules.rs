@@ -55,6 +55,13 @@ mod cuda {
         }
     }
 
+    #[test]
+    fn grouped_exact_batches_equal_the_bound() {
+        if let Some(d) = device() {
+            crate::grouped::check_grouped_exact_batches_equal_bound::<Backend>(&d);
+        }
+    }
+
     /// GEMMs whose inputs CubeCL writes just before and whose outputs CubeCL reads just after,
     /// ordered by device flags: the results equal those of the host-synchronized ordering, and no
     /// wait kernel timed out.

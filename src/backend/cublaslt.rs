@@ -103,14 +103,21 @@ pub struct LtOperand {
     pub scale: Option<(u64, ScaleMode)>,
 }
 
-/// A pointer-array batch of `count` GEMMs of the same shape, one per `chunk_rows`-row chunk of a
+/// A pointer-array batch of GEMMs of the same shape, one per `chunk_rows`-row chunk of a
 /// grouped operand B (and of D): entry c multiplies chunk c of B by A's group g (the group whose
 /// rows hold the chunk's first row, `group_start`/`group_len` on the device) into chunk c of D.
 /// `LtGemm`'s `a`, `b` and `d` pointers are the bases; `pointers` is device memory for the three
-/// arrays (`pointer_array_bytes(count)`).
+/// arrays (`pointer_array_bytes(capacity)`).
+///
+/// `capacity` is the host-known bound of chunks (D's chunks); the first `count` of them run and
+/// D's chunks from `count` on are zeroed (the tail a grouped matrix defines as zero rows, which
+/// the skipped entries would have computed from B's zero rows). The plan (descriptor, layouts,
+/// algorithm) is the capacity's, whatever `count` a call runs, so every count runs the same
+/// algorithm.
 #[derive(Debug, Clone, Copy)]
 pub struct LtBatch {
     pub count: u64,
+    pub capacity: u64,
     pub chunk_rows: u32,
     pub groups: u32,
     pub group_start: u64,
@@ -182,7 +189,7 @@ impl LtGemm {
             d_dtype: self.d_dtype,
             fast_accum: self.fast_accum,
             has_c: self.c.is_some(),
-            batch: self.batch.map(|b| b.count),
+            batch: self.batch.map(|b| b.capacity),
             strided: self.strided,
         }
     }
@@ -212,9 +219,22 @@ struct Plan {
     b: lts::cublasLtMatrixLayout_t,
     d: lts::cublasLtMatrixLayout_t,
     algo: lts::cublasLtMatmulAlgo_t,
+    /// A pointer-array plan's batch count its layouts hold now (see `LtBatch`).
+    batch_count: Option<u64>,
 }
 
 impl Plan {
+    /// Sets the layouts' batch count to `count` entries (a cheap host-side attribute).
+    unsafe fn run_entries(&mut self, count: u64) -> Result<()> {
+        if self.batch_count != Some(count) {
+            for layout in [self.a, self.b, self.d] {
+                unsafe { set_batch_count(layout, count as i32)? };
+            }
+            self.batch_count = Some(count);
+        }
+        Ok(())
+    }
+
     /// Destroys what was created (on a failed build).
     unsafe fn destroy(desc: lts::cublasLtMatmulDesc_t, layouts: &[lts::cublasLtMatrixLayout_t]) {
         unsafe {
@@ -405,17 +425,25 @@ impl CublasLt {
             .map_err(driver_error("bind context"))?;
         if let Some(batch) = &g.batch {
             self.fill_pointers(lane, g, batch)?;
+            if batch.count == 0 {
+                return self.zero_tail(lane, g.d, batch);
+            }
         }
         let key = g.plan_key();
-        if let Some(plan) = self.plans.get(&key) {
-            let (desc, a, b, d, algo) = (plan.desc, plan.a, plan.b, plan.d, plan.algo);
-            return unsafe {
-                set_scale_pointers(desc, g)?;
-                self.matmul(lane, desc, g, &algo, a, b, d)
-            };
+        let mut plan = match self.plans.remove(&key) {
+            Some(plan) => {
+                unsafe { set_scale_pointers(plan.desc, g)? };
+                plan
+            }
+            None => unsafe { self.new_plan(lane, g)? },
+        };
+        let mut result = unsafe { self.run_plan(lane, &mut plan, g) };
+        if let (Ok(()), Some(batch)) = (&result, &g.batch) {
+            if batch.count < batch.capacity {
+                // After the run: a new plan's timing runs computed every entry.
+                result = self.zero_tail(lane, g.d, batch);
+            }
         }
-        let plan = unsafe { self.new_plan(lane, g)? };
-        let result = unsafe { self.matmul(lane, plan.desc, g, &plan.algo, plan.a, plan.b, plan.d) };
         // Shapes that change every step (a group's token count, not autotuned) stop being kept
         // once many are: their plans would otherwise grow without bound over a training run.
         if g.autotune || self.plans.len() < MAX_UNTUNED_PLANS {
@@ -424,6 +452,24 @@ impl CublasLt {
             unsafe { Plan::destroy(plan.desc, &[plan.a, plan.b, plan.d]) };
         }
         result
+    }
+
+    /// Runs `g` on its plan; a batch runs its `count` entries (see `LtBatch`).
+    unsafe fn run_plan(&mut self, lane: usize, plan: &mut Plan, g: &LtGemm) -> Result<()> {
+        if let Some(batch) = &g.batch {
+            unsafe { plan.run_entries(batch.count)? };
+        }
+        unsafe { self.matmul(lane, plan.desc, g, &plan.algo, plan.a, plan.b, plan.d) }
+    }
+
+    /// Zeroes D's chunks from `batch.count` to `batch.capacity` on lane `lane`.
+    fn zero_tail(&mut self, lane: usize, d: u64, batch: &LtBatch) -> Result<()> {
+        let stream = &self.lanes[lane].stream;
+        let start = d + batch.count * batch.d_chunk_stride;
+        let words = (batch.capacity - batch.count) * batch.d_chunk_stride / 4;
+        unsafe { cuda::cuMemsetD32Async(start, 0, words as usize, stream.cu_stream()) }
+            .result()
+            .map_err(driver_error("zero the batch's tail"))
     }
 
     /// The descriptor, layouts and algorithm of `g`'s shape (see `Plan`).
@@ -463,7 +509,7 @@ impl CublasLt {
             let layout = lt::create_matrix_layout(dtype, rows, cols, ld).map_err(lt_error(what))?;
             layouts.push(layout);
             match (&g.batch, g.strided, stride) {
-                (Some(batch), _, _) => unsafe { set_batched(layout, batch.count as i32) },
+                (Some(batch), _, _) => unsafe { set_batched(layout, batch.capacity as i32) },
                 (None, Some(strided), Some(stride)) => unsafe {
                     set_strided(layout, strided.count as i32, stride)
                 },
@@ -486,6 +532,7 @@ impl CublasLt {
                 b,
                 d,
                 algo,
+                batch_count: g.batch.map(|b| b.capacity),
             }),
             Err(e) => {
                 unsafe { Plan::destroy(desc, &layouts) };
@@ -633,7 +680,7 @@ impl CublasLt {
         // A batch passes its pointer arrays (written by `fill_pointers`) instead of the matrices.
         let (a_ptr, b_ptr, d_ptr) = match &g.batch {
             Some(batch) => {
-                let stride = batch.count.div_ceil(2) * 16;
+                let stride = batch.capacity.div_ceil(2) * 16;
                 (batch.pointers, batch.pointers + stride, batch.pointers + 2 * stride)
             }
             None => (g.a.ptr, g.b.ptr, g.d),
@@ -685,8 +732,9 @@ impl CublasLt {
     fn fill_pointers(&mut self, lane: usize, g: &LtGemm, batch: &LtBatch) -> Result<()> {
         let function = self.our_kernels()?.fill_pointers.clone();
         let stream = self.lanes[lane].stream.clone();
-        let count = batch.count as u32;
-        let stride_words = (batch.count.div_ceil(2) * 2) as u32;
+        // Every entry of the capacity (the plan's algorithm was chosen on all of them).
+        let count = batch.capacity as u32;
+        let stride_words = (batch.capacity.div_ceil(2) * 2) as u32;
         let mut launch = stream.launch_builder(&function);
         launch
             .arg(&batch.pointers)
@@ -908,6 +956,19 @@ unsafe fn set_batched(layout: lts::cublasLtMatrixLayout_t, count: i32) -> Result
         .map_err(lt_error("set layout attribute"))?;
     }
     Ok(())
+}
+
+/// Sets a pointer-array layout's batch count.
+unsafe fn set_batch_count(layout: lts::cublasLtMatrixLayout_t, count: i32) -> Result<()> {
+    unsafe {
+        lt::set_matrix_layout_attribute(
+            layout,
+            lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+            &count as *const i32 as *const c_void,
+            std::mem::size_of::<i32>(),
+        )
+    }
+    .map_err(lt_error("set layout batch count"))
 }
 
 /// Marks a matrix layout as a strided batch of `count` matrices `stride` elements apart.

@@ -36,6 +36,7 @@ use super::cuda_gemm::{
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
 use crate::error::{LowpError, Result};
+use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
 use crate::quant::{Storage, StorageScales};
 
@@ -217,12 +218,22 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     let (a_es, b_es) = (element_bytes(a_type), element_bytes(b_type));
     let d_type = data_type(d_dtype);
     let group_count = groups.count as u32;
+    // The chunks the groups fill, if the splits' host copy has arrived when the task runs (on
+    // CubeCL's device thread, after the operands' producers were queued); else the bound.
+    let host_groups = groups.host.clone();
     let fast_accum = inner == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
     run_on_cubecl_buffers(
         cuda_client(&client),
         cuda_device::<R>(&device),
         &buffers,
-        move |ptr| LtGemm {
+        move |ptr| {
+            let filled = host_groups
+                .try_get()
+                .filter(|host| host.status == SplitStatus::Valid)
+                .map(|host| host.groups.iter().map(|g| g.len).sum::<usize>() / GROUP_ALIGN)
+                .filter(|&chunks| chunks <= count);
+            super::host_sync::record_pointer_array_batch(filled.is_some());
+            LtGemm {
             m: m as u64,
             n: chunk as u64,
             k: k as u64,
@@ -246,7 +257,8 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             d_dtype: d_type,
             fast_accum,
             batch: Some(LtBatch {
-                count: count as u64,
+                count: filled.unwrap_or(count) as u64,
+                capacity: count as u64,
                 chunk_rows: GROUP_ALIGN as u32,
                 groups: group_count,
                 group_start: ptr[4],
@@ -258,6 +270,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             }),
             strided: None,
             autotune: true,
+        }
         },
     )?;
     drop(keep);

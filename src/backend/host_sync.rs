@@ -8,6 +8,11 @@
 //! * `stream_setups`: flag buffers zeroed for a new CubeCL stream (once per stream).
 //! * `debug_metric_reads`: AutoswitchGemm metrics read on the host before a GEMM (debug sessions
 //!   only); `blocking_debug_metric_reads` of those waited for the GPU, `debug_wait_us` in all.
+//!
+//! Not synchronizations, but what the absence of one cost: `exact_batches` counts pointer-array
+//! grouped GEMMs that found the splits' host copy already arrived and ran exactly the chunks the
+//! groups fill, `bound_batches` those that ran the host-known bound of chunks (the copy had not
+//! arrived; nothing waited for it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,6 +29,8 @@ static STREAM_SETUPS: AtomicU64 = AtomicU64::new(0);
 static DEBUG_METRIC_READS: AtomicU64 = AtomicU64::new(0);
 static BLOCKING_DEBUG_METRIC_READS: AtomicU64 = AtomicU64::new(0);
 static DEBUG_WAIT_US: AtomicU64 = AtomicU64::new(0);
+static EXACT_BATCHES: AtomicU64 = AtomicU64::new(0);
+static BOUND_BATCHES: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the counters (process-wide, all devices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -36,6 +43,8 @@ pub struct HostSyncs {
     pub debug_metric_reads: u64,
     pub blocking_debug_metric_reads: u64,
     pub debug_wait_us: u64,
+    pub exact_batches: u64,
+    pub bound_batches: u64,
 }
 
 impl HostSyncs {
@@ -51,6 +60,8 @@ impl HostSyncs {
             blocking_debug_metric_reads: self.blocking_debug_metric_reads
                 - earlier.blocking_debug_metric_reads,
             debug_wait_us: self.debug_wait_us - earlier.debug_wait_us,
+            exact_batches: self.exact_batches - earlier.exact_batches,
+            bound_batches: self.bound_batches - earlier.bound_batches,
         }
     }
 
@@ -73,6 +84,8 @@ pub fn host_syncs() -> HostSyncs {
         debug_metric_reads: DEBUG_METRIC_READS.load(Ordering::Relaxed),
         blocking_debug_metric_reads: BLOCKING_DEBUG_METRIC_READS.load(Ordering::Relaxed),
         debug_wait_us: DEBUG_WAIT_US.load(Ordering::Relaxed),
+        exact_batches: EXACT_BATCHES.load(Ordering::Relaxed),
+        bound_batches: BOUND_BATCHES.load(Ordering::Relaxed),
     }
 }
 
@@ -99,5 +112,14 @@ pub(crate) fn record_debug_metric_read(waited: Duration) {
     DEBUG_WAIT_US.fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
     if waited > BLOCKING_WAIT {
         BLOCKING_DEBUG_METRIC_READS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_pointer_array_batch(exact: bool) {
+    if exact {
+        EXACT_BATCHES.fetch_add(1, Ordering::Relaxed);
+    } else {
+        BOUND_BATCHES.fetch_add(1, Ordering::Relaxed);
     }
 }

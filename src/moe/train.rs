@@ -93,6 +93,12 @@ pub struct RunSummary {
     /// Host reads of grouped-GEMM splits per step, and how many of them waited for the GPU.
     pub split_reads_per_step: f64,
     pub blocking_split_reads_per_step: f64,
+    /// Pointer-array expert GEMMs per step that found the splits' host copy arrived (and ran the
+    /// chunks the splits fill), and those that ran the host-known bound of chunks.
+    #[serde(default)]
+    pub exact_batches_per_step: f64,
+    #[serde(default)]
+    pub bound_batches_per_step: f64,
     pub peak_memory_bytes: Option<u64>,
     /// Tokens per expert, summed over layers and the run's last step (load balance).
     pub last_loads: Vec<i64>,
@@ -411,6 +417,8 @@ where
         step_ms: 1e3 * timed_seconds / timed_steps.max(1) as f64,
         split_reads_per_step: syncs.split_reads as f64 / ran as f64,
         blocking_split_reads_per_step: syncs.blocking_split_reads as f64 / ran as f64,
+        exact_batches_per_step: syncs.exact_batches as f64 / ran as f64,
+        bound_batches_per_step: syncs.bound_batches as f64 / ran as f64,
         peak_memory_bytes: peak_memory,
         last_loads,
         debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,

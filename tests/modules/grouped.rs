@@ -466,6 +466,91 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// The graph-safe path sizes its batch by what the host knows when the GEMM is queued (CUDA):
+/// with the splits' host copy arrived it runs exactly the chunks the groups fill and zeroes the
+/// rest of the output, without it the host-known bound of chunks; both give the same numbers,
+/// bit for bit, on every group row (the same algorithm runs either way), under BF16 and FP8
+/// per-tensor operands (per-expert and shared scales), fprop and dgrad.
+pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Device) {
+    use burn::tensor::TensorPrimitive;
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupedOperand, Groups};
+    use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
+    use burn_lowp::format::Usage;
+    let _turn = turn();
+    // Aligned groups of 384, 0, 128 and 256 rows: 6 chunks filled of the bound's 8.
+    let case = [300i64, 0, 17, 195];
+    let tokens = 512;
+    for (name, scaling) in [
+        ("bf16.json", GroupScaling::PerGroup),
+        ("current_scaling.json", GroupScaling::PerGroup),
+        ("current_scaling.json", GroupScaling::Shared),
+    ] {
+        let m = grouped::<B>(&GroupedLinearConfig::new(4, 256, 256).with_fp8_scales(scaling), name, device);
+        let layout = m.layout(splits::<AD<B>>(&case, device), tokens).unwrap();
+        // Reads the splits (waits for their copy): the layout's groups are known on the host.
+        layout.check().unwrap();
+        let filled_rows: usize = 768;
+        assert_eq!(layout.rows(), 1024, "the bound of the case");
+        let matrix = |rows: usize, seed: usize| {
+            B::float_from_host(
+                &burn_lowp::format::HostMatrix::new(
+                    "operand",
+                    rows,
+                    256,
+                    burn_lowp::format::InputDtype::F32,
+                    (0..rows * 256).map(|i| (((i * 7 + seed) % 13) as f32 - 6.0) / 8.0).collect(),
+                )
+                .unwrap(),
+                device,
+            )
+        };
+        let both = Usage {
+            rowwise: true,
+            columnwise: true,
+        };
+        let quantize = |t, groups, slot: usize| {
+            let spec = &m.lowp.quantizers.forward[slot].spec;
+            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, scaling).unwrap()
+        };
+        let qx = quantize(matrix(layout.rows(), 1), &layout.groups, 0);
+        let weight_groups = Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
+        let qw = quantize(matrix(1024, 5), &weight_groups, 1);
+        let unknown = Groups::<B> {
+            host: layout.groups.host.unresolved(),
+            ..layout.groups.clone()
+        };
+        for kind in [GemmKind::Fprop, GemmKind::Dgrad] {
+            let run = |groups: &Groups<B>| {
+                let x_op = GroupedOperand { tensor: &qx, groups };
+                let w_op = GroupedOperand {
+                    tensor: &qw,
+                    groups: &weight_groups,
+                };
+                let before = host_syncs();
+                let out = B::lowp_grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
+                let out = values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(out)));
+                let counts = host_syncs().since(&before);
+                (out, counts.exact_batches, counts.bound_batches, counts.split_reads)
+            };
+            let (exact, exact_runs, bound_runs, reads) = run(&layout.groups);
+            assert_eq!((exact_runs, bound_runs, reads), (1, 0, 0), "{name} {scaling:?} {kind:?}: exact batch");
+            let (bound, exact_runs, bound_runs, reads) = run(&unknown);
+            assert_eq!((exact_runs, bound_runs, reads), (0, 1, 0), "{name} {scaling:?} {kind:?}: bound batch");
+            let cols = exact.len() / 1024;
+            let cut = filled_rows * cols;
+            assert!(
+                exact[..cut] == bound[..cut],
+                "{name} {scaling:?} {kind:?}: group rows differ between the exact and the bound batch"
+            );
+            assert!(exact[..cut].iter().any(|&v| v != 0.0), "{name} {scaling:?} {kind:?}: empty product");
+            assert!(
+                exact[cut..].iter().all(|&v| v == 0.0),
+                "{name} {scaling:?} {kind:?}: the exact batch left its tail rows unzeroed"
+            );
+        }
+    }
+}
+
 /// `fp8_scales: shared` (current scaling): every expert's GEMMs run on one scale per operand,
 /// that of the operand's amax over all experts. Forward, dX and dW equal, expert by expert, exact
 /// products of the operands quantized on the host with those shared scales (relative error per
