@@ -89,6 +89,7 @@ fn main() {
     let options = || GemmOptions::<B> {
         out_dtype: burn::tensor::FloatDType::BF16,
         accumulate: None,
+        split_accumulator: None,
     };
     // Square shapes, then the MoE example's (configs/moe-235m.json: 4096 tokens per micro-batch,
     // hidden 1024): QKV and attention-out projections, and an expert's fc1 (SwiGLU, 2048 wide)

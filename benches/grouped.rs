@@ -11,6 +11,8 @@
 //!   The splits live on the device; the operands are in the aligned layout. TFLOP/s counts useful
 //!   work, 2·T·N·K. Pointer-array GEMMs run twice: `batch: exact` with the splits' host copy
 //!   arrived (the chunks the groups fill), `batch: bound` before it has (the host-known bound).
+//!   FP8 per-tensor dgrad runs with TE's split accumulator and, as the PyTorch peer does, with fast
+//!   accumulation (`accumulation`).
 //! * `grouped_linear_step`: `GroupedLinear` (E = 8, 2048 -> 2048, 32768 tokens, BF16 parameters and
 //!   activations) forward + backward per recipe (FP8 per-tensor ones also with the experts
 //!   sharing one scale, `_shared`), including the layout, the row moves, every
@@ -175,13 +177,19 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     tensor: &qw,
                     groups: &weight_groups,
                 };
-                for (kind, batch, groups) in [
-                    (GemmKind::Fprop, "exact", &layout.groups),
-                    (GemmKind::Fprop, "bound", &unknown),
-                    (GemmKind::Dgrad, "exact", &layout.groups),
-                    (GemmKind::Dgrad, "bound", &unknown),
-                    (GemmKind::Wgrad, "exact", &layout.groups),
+                let fp8_tensor = format.starts_with("fp8_tensor");
+                for (kind, batch, groups, split) in [
+                    (GemmKind::Fprop, "exact", &layout.groups, None),
+                    (GemmKind::Fprop, "bound", &unknown, None),
+                    (GemmKind::Dgrad, "exact", &layout.groups, None),
+                    (GemmKind::Dgrad, "bound", &unknown, None),
+                    // FP8 dgrad also with fast accumulation (the PyTorch peer's numerics).
+                    (GemmKind::Dgrad, "exact", &layout.groups, Some(false)),
+                    (GemmKind::Wgrad, "exact", &layout.groups, None),
                 ] {
+                    if split.is_some() && !fp8_tensor {
+                        continue;
+                    }
                     let op = |t| GroupedOperand { tensor: t, groups };
                     let (a, b) = match kind {
                         GemmKind::Fprop => (op(&qx), wop),
@@ -191,7 +199,11 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     let options = || GemmOptions::<B> {
                         out_dtype: FloatDType::BF16,
                         accumulate: None,
+                        split_accumulator: split,
                     };
+                    let accumulation = fp8_tensor.then(|| {
+                        if kind.split_accumulator(split) { "split" } else { "fast" }
+                    });
                     let path = B::grouped_gemm_path(kind, a, b);
                     let pointer_array = matches!(path, GroupedGemmPath::PointerArray(_));
                     if batch == "bound" && !pointer_array {
@@ -202,6 +214,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                         "experts": experts, "tokens": tokens, "k": k, "n": n, "dist": dist,
                         "splits": splits, "path": format!("{path:?}"),
                         "batch": if pointer_array { json!(batch) } else { json!(null) },
+                        "accumulation": accumulation,
                     });
                     if let Err(e) = B::lowp_grouped_gemm(kind, a, b, options()) {
                         line["error"] = json!(e.to_string());

@@ -179,7 +179,7 @@ def main():
                 print(json.dumps({"bench": "compare", "case": "grouped_gemm", "format": o["format"],
                                   "peer": f"torch {peer_format}", "gemm": o["gemm"],
                                   "shape": [o["experts"], o["tokens"], o["k"], o["n"]], "dist": o["dist"],
-                                  "path": o["path"], "batch": o.get("batch"),
+                                  "path": o["path"], "batch": o.get("batch"), "accumulation": o.get("accumulation"),
                                   "ours_tflops": o["tflops"], "torch_tflops": torch_results[key],
                                   "ratio": round(o["tflops"] / torch_results[key], 3)}))
         elif o["bench"] == "grouped_linear_step" and o["dist"] in step_results:

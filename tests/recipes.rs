@@ -673,7 +673,7 @@ fn delayed_scaling_state_is_saved_and_loaded_with_the_record() {
 
 #[test]
 fn invalid_recipes_give_their_errors() {
-    let cases: [(&str, &[&str]); 12] = [
+    let cases: [(&str, &[&str]); 14] = [
         (
             r#"{"recipe":"mxfp8","fp8_format":"e5m2"}"#,
             &["fp8_format", "pure E5M2"],
@@ -717,6 +717,14 @@ fn invalid_recipes_give_their_errors() {
         (
             r#"{"recipe":"mxfp8","fp8":"e4m3"}"#,
             &["unknown field `fp8`"],
+        ),
+        (
+            r#"{"recipe":"current_scaling","fp8_gemm_dgrad":{"use_split":false}}"#,
+            &["fp8_gemm_dgrad", "unknown field `use_split`"],
+        ),
+        (
+            r#"{"recipe":"current_scaling","fp8_gemm_wgrad":{"use_split_accumulator":"no"}}"#,
+            &["fp8_gemm_wgrad.use_split_accumulator", "expected a boolean"],
         ),
         (
             r#"{"recipe":"custom","rules":[]}"#,
@@ -786,4 +794,42 @@ fn module_level_checks_give_their_errors() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("M = 48"), "{err}");
+}
+
+/// TE's `MMParams`: a current-scaling recipe's `fp8_gemm_*` fields reach every module's
+/// quantizers (defaults: fprop fast accumulation, dgrad and wgrad the split accumulator); other
+/// recipes keep TE's module defaults.
+#[test]
+fn fp8_gemm_accumulation_follows_the_recipe() {
+    use burn_lowp::backend::GemmKind;
+    use burn_lowp::recipe::SplitAccumulator;
+    let te = SplitAccumulator {
+        fprop: false,
+        dgrad: true,
+        wgrad: true,
+    };
+    let file = Recipe::load(recipe_path("current_scaling.json")).unwrap();
+    let fast_dgrad = Recipe::from_json(
+        r#"{"recipe":"current_scaling","fp8_gemm_dgrad":{"use_split_accumulator":false},"fp8_gemm_fprop":{"use_split_accumulator":true}}"#,
+    )
+    .unwrap();
+    for layout in layouts() {
+        assert_eq!(file.resolve(&layout).unwrap().split_accumulator, te, "{}", layout.name);
+        let q = fast_dgrad.resolve(&layout).unwrap();
+        assert_eq!(
+            [GemmKind::Fprop, GemmKind::Dgrad, GemmKind::Wgrad].map(|k| q.split_accumulator.of(k)),
+            [true, false, true],
+            "{}",
+            layout.name
+        );
+        for name in ["block_scaling.json", "delayed_scaling.json", "bf16.json"] {
+            let r = Recipe::load(recipe_path(name)).unwrap();
+            assert_eq!(r.resolve(&layout).unwrap().split_accumulator, te, "{name}");
+        }
+    }
+    // The fields round-trip through the recipe's JSON.
+    assert_eq!(Recipe::from_json(&fast_dgrad.to_json()).unwrap(), fast_dgrad);
+    assert_eq!(GemmKind::Dgrad.split_accumulator(None), true);
+    assert_eq!(GemmKind::Fprop.split_accumulator(None), false);
+    assert_eq!(GemmKind::Fprop.split_accumulator(Some(true)), true);
 }

@@ -381,6 +381,7 @@ pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
     path: GemmPath,
     out: GemmOutput<R>,
     autotune: bool,
+    split_accumulator: Option<bool>,
 ) -> Result<PreparedGemm<R>> {
     let (rows, cols, k) = dims(kind, a, b)?;
     let (m, n) = (cols, rows);
@@ -397,7 +398,7 @@ pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
         handles.push(c.handle.clone());
     }
     let (a_mode, b_mode) = (la.scale.as_ref().map(|s| s.1), lb.scale.as_ref().map(|s| s.1));
-    let fast_accum = path == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
+    let fast_accum = path == GemmPath::CublasLtFp8Tensor && !kind.split_accumulator(split_accumulator);
     let has_c = out.c.is_some();
     let (a_type, b_type, a_outer_major, b_outer_major) =
         (la.dtype, lb.dtype, la.outer_major, lb.outer_major);
@@ -540,6 +541,7 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
                 c,
             },
             true,
+            options.split_accumulator,
         )?);
         let out = CubeTensor::new_contiguous(
             client.clone(),

@@ -221,7 +221,8 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     // The chunks the groups fill, if the splits' host copy has arrived when the task runs (on
     // CubeCL's device thread, after the operands' producers were queued); else the bound.
     let host_groups = groups.host.clone();
-    let fast_accum = inner == GemmPath::CublasLtFp8Tensor && kind == GemmKind::Fprop;
+    let fast_accum =
+        inner == GemmPath::CublasLtFp8Tensor && !kind.split_accumulator(options.split_accumulator);
     run_on_cubecl_buffers(
         cuda_client(&client),
         cuda_device::<R>(&device),
@@ -426,6 +427,7 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             inner,
             GemmOutput { d, d_dtype, c },
             false,
+            options.split_accumulator,
         )?);
     }
     if kind != GemmKind::Wgrad && covered < rows {

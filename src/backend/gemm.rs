@@ -32,6 +32,12 @@ impl GemmKind {
         }
     }
 
+    /// Whether an FP8 per-tensor GEMM of this kind uses the split accumulator: `asked`
+    /// (`GemmOptions::split_accumulator`), else TE's default (fprop fast, dgrad and wgrad split).
+    pub fn split_accumulator(self, asked: Option<bool>) -> bool {
+        asked.unwrap_or(self != GemmKind::Fprop)
+    }
+
     /// Output shape for operands of logical shapes `a` and `b`, or an error if they do not fit.
     pub fn output_shape(self, a: [usize; 2], b: [usize; 2]) -> Result<[usize; 2]> {
         let (out, ok) = match self {
@@ -57,6 +63,10 @@ pub struct GemmOptions<B: LowpBackend> {
     pub out_dtype: FloatDType,
     /// Added to the product (`D = A·B + C`), e.g. gradient accumulation; same shape as the output.
     pub accumulate: Option<FloatTensor<B>>,
+    /// FP8 per-tensor GEMMs on CUDA: whether cuBLASLt accumulates with the split accumulator
+    /// (`recipe::SplitAccumulator`); `None` is TE's default for the GEMM's kind (fprop fast,
+    /// dgrad and wgrad split). Block-scaled GEMMs always split; other paths accumulate in f32.
+    pub split_accumulator: Option<bool>,
 }
 
 impl<B: LowpBackend> Default for GemmOptions<B> {
@@ -64,6 +74,7 @@ impl<B: LowpBackend> Default for GemmOptions<B> {
         GemmOptions {
             out_dtype: FloatDType::F32,
             accumulate: None,
+            split_accumulator: None,
         }
     }
 }

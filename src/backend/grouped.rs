@@ -410,6 +410,7 @@ pub fn grouped_gemm_per_group<B: LowpBackend>(
                 GemmOptions {
                     out_dtype,
                     accumulate: acc.map(|c| c.into_primitive().tensor()),
+                    split_accumulator: options.split_accumulator,
                 },
             )?);
         }

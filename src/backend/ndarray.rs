@@ -355,6 +355,7 @@ impl LowpBackend for NdArray {
             super::GemmOptions {
                 out_dtype: FloatDType::F32,
                 accumulate: options.accumulate,
+                split_accumulator: options.split_accumulator,
             },
         )?;
         let dtype = match wanted {

@@ -238,6 +238,7 @@ impl<B: LowpLinear> LowpState<B> {
                 pts(TensorKind::Gradient),
             ),
             debug,
+            split_accumulator: self.quantizers.split_accumulator,
         }
     }
 
@@ -343,6 +344,7 @@ impl<B: LowpLinear> LowpState<B> {
             weight_groups,
             wgrad,
             errors,
+            split_accumulator: self.quantizers.split_accumulator,
             debug: None,
         }
     }

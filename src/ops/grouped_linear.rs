@@ -30,6 +30,7 @@ use crate::format::grouped::GroupScaling;
 use crate::format::{Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
 use crate::quant::{QuantizedTensor, QuantizerSpec};
+use crate::recipe::SplitAccumulator;
 
 /// Where a grouped delayed-scaling slot's amaxes go (one per group, into the module's history).
 #[derive(Clone)]
@@ -99,6 +100,8 @@ pub struct PendingWgrad<Q: LowpBackend> {
     pub input: QuantizedTensor<Q>,
     pub groups: Groups<Q>,
     pub out_dtype: FloatDType,
+    /// The wgrad's FP8 accumulation (`GemmOptions::split_accumulator`).
+    pub split_accumulator: bool,
 }
 
 /// Where the weight gradient goes.
@@ -182,6 +185,8 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
     pub errors: BackwardErrors,
     /// The experts a debug session observes this iteration.
     pub debug: Option<ExpertsDebug<Q>>,
+    /// How its FP8 per-tensor GEMMs accumulate (the recipe's `fp8_gemm_*`).
+    pub split_accumulator: SplitAccumulator,
 }
 
 
@@ -252,6 +257,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
         GemmOptions {
             out_dtype,
             accumulate: None,
+            split_accumulator: Some(op.split_accumulator.fprop),
         },
     )?;
     if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
@@ -286,6 +292,7 @@ pub fn run_wgrad<Q: LowpBackend>(
                 pending.out_dtype
             },
             accumulate,
+            split_accumulator: Some(pending.split_accumulator),
         },
     )
 }
@@ -305,6 +312,7 @@ struct GroupedSaved<Q: LowpBackend> {
     /// Shapes of X and W, for the zero gradients of a failed backward.
     x_shape: [usize; 2],
     w_shape: [usize; 2],
+    split_accumulator: SplitAccumulator,
 }
 
 #[derive(Debug)]
@@ -365,6 +373,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                 GemmOptions {
                     out_dtype,
                     accumulate: None,
+                    split_accumulator: Some(saved.split_accumulator.dgrad),
                 },
             );
             let dx = dx.unwrap_or_else(|e| {
@@ -385,6 +394,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
             input: x,
             groups: saved.layout.groups.clone(),
             out_dtype,
+            split_accumulator: saved.split_accumulator.wgrad,
         };
         match saved.wgrad {
             WgradTarget::Graph => {
@@ -477,6 +487,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
                 debug: op.debug,
                 x_shape,
                 w_shape,
+                split_accumulator: op.split_accumulator,
             };
             prep.finish(saved, y)
         }

@@ -30,6 +30,7 @@ use super::linear::{
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
 };
 use super::row_broadcast::{add_bias_rows, column_sum};
+use crate::recipe::SplitAccumulator;
 use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
 use crate::format::Usage;
@@ -55,6 +56,8 @@ pub struct PendingMlpWgrad<Q: LowpBackend> {
     pub grad_output: QuantizedTensor<Q>,
     pub input: QuantizedTensor<Q>,
     pub out_dtype: FloatDType,
+    /// The wgrad's FP8 accumulation (`GemmOptions::split_accumulator`).
+    pub split_accumulator: bool,
 }
 
 impl<Q: LowpBackend> PendingMlpWgrad<Q> {
@@ -66,6 +69,7 @@ impl<Q: LowpBackend> PendingMlpWgrad<Q> {
             GemmOptions {
                 out_dtype: self.out_dtype,
                 accumulate: None,
+                split_accumulator: Some(self.split_accumulator),
             },
         )
     }
@@ -120,6 +124,8 @@ struct MlpSaved<Q: LowpBackend> {
     norm_dtype: FloatDType,
     fc1_debug: Option<DebugSaved<Q>>,
     fc2_debug: Option<DebugSaved<Q>>,
+    /// fc1's and fc2's FP8 accumulation.
+    split_accumulator: [SplitAccumulator; 2],
 }
 
 /// A GEMM's debug view for backward, with the originals its backward GEMMs may run on.
@@ -193,9 +199,10 @@ fn forward<Q: LowpBackend>(
     }
     let out_dtype = gemm_dtype(inputs.x.dtype());
     let param_dtype = float_dtype(inputs.w1.dtype());
-    let options = || GemmOptions {
+    let options = |linear: &LinearOp<Q>| GemmOptions {
         out_dtype,
         accumulate: None,
+        split_accumulator: Some(linear.split_accumulator.fprop),
     };
     let has_beta = inputs.beta.is_some();
     let norm_dtype = inputs
@@ -250,7 +257,7 @@ fn forward<Q: LowpBackend>(
         ln_original.as_ref().zip(w1_original.as_ref()),
         &q_ln,
         &q_w1,
-        options(),
+        options(&op.fc1),
     )?;
     if let Some(b1) = inputs.b1 {
         h = add_bias_rows::<Q>(h, Q::float_cast(b1, out_dtype));
@@ -274,7 +281,7 @@ fn forward<Q: LowpBackend>(
         a_original.as_ref().zip(w2_original.as_ref()),
         &q_a,
         &q_w2,
-        options(),
+        options(&op.fc2),
     )?;
     if let Some(b2) = inputs.b2 {
         out = add_bias_rows::<Q>(out, Q::float_cast(b2, out_dtype));
@@ -300,6 +307,7 @@ fn forward<Q: LowpBackend>(
         fc1_debug: debug_saved(&op.fc1, ln_original, w1_original, needs.w1, needs.below_fc1),
         fc2_debug: debug_saved(&op.fc2, a_original, w2_original, needs.w2, needs.below_fc2),
         wgrad: op.wgrad.clone(),
+        split_accumulator: [op.fc1.split_accumulator, op.fc2.split_accumulator],
         param_dtype,
         norm_dtype,
     };
@@ -360,6 +368,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                      weight: Option<&QuantizedTensor<Q>>,
                      input: Option<&QuantizedTensor<Q>>| {
             let debug = [&saved.fc1_debug, &saved.fc2_debug][gemm].as_ref();
+            let split = saved.split_accumulator[gemm];
             let input = match (&deferred, input) {
                 (Some(store), Some(input)) => {
                     store
@@ -370,6 +379,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                             grad_output: grad_output.clone(),
                             input: input.clone(),
                             out_dtype,
+                            split_accumulator: split.wgrad,
                         });
                     None
                 }
@@ -383,11 +393,13 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
                     weight,
                     input,
                     out_dtype,
+                    split,
                 ),
                 None => dgrad_and_wgrad::<Q>(
                     weight.map(|w| (grad_output, w)),
                     input.map(|x| (grad_output, x)),
                     out_dtype,
+                    split,
                 ),
             }
         };

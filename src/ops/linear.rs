@@ -26,6 +26,7 @@ use crate::debug::layer::direction_for;
 use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
 use crate::format::{Direction, Fp8Format, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
+use crate::recipe::SplitAccumulator;
 
 /// Where a delayed-scaling slot's recorded amax goes (the module's amax history).
 #[derive(Clone)]
@@ -124,6 +125,8 @@ pub struct LinearOp<Q: LowpBackend> {
     pub grad_output: OperandQuantizer<Q>,
     /// The layer's debug view when a debug session selects it (`debug::LayerDebug`).
     pub debug: Option<LayerDebug>,
+    /// How its FP8 per-tensor GEMMs accumulate (the recipe's `fp8_gemm_*`).
+    pub split_accumulator: SplitAccumulator,
 }
 
 /// A debug tool's failure inside backward (which cannot return errors): said once on stderr,
@@ -386,6 +389,7 @@ fn forward<Q: LowpBackend>(
     let options = GemmOptions {
         out_dtype,
         accumulate: None,
+        split_accumulator: Some(op.split_accumulator.fprop),
     };
     let y = fprop(
         op.debug.as_ref(),
@@ -470,6 +474,7 @@ struct LinearSaved<Q: LowpBackend> {
     w_columnwise: Option<QuantizedTensor<Q>>,
     grad_output: OperandQuantizer<Q>,
     debug: Option<DebugSaved<Q>>,
+    split_accumulator: SplitAccumulator,
 }
 
 /// A debug view and the originals it may need in backward.
@@ -489,6 +494,7 @@ pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
     w_columnwise: Option<&QuantizedTensor<Q>>,
     x_columnwise: Option<&QuantizedTensor<Q>>,
     out_dtype: FloatDType,
+    split: SplitAccumulator,
 ) -> (Option<FloatTensor<Q>>, Option<FloatTensor<Q>>) {
     let d = &saved.debug;
     debug_or_warn(d.observe(TensorKind::Gradient, dy, Some(qdy)), "gradient statistics");
@@ -524,6 +530,7 @@ pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
         dgrad.as_ref().map(|(a, b)| (a, b)),
         wgrad.as_ref().map(|(a, b)| (a, b)),
         out_dtype,
+        split,
     );
     if let Some(dx) = &dx {
         debug_or_warn(d.observe::<Q>(TensorKind::Dgrad, dx, None), "dgrad statistics");
@@ -570,11 +577,13 @@ impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
                 dgrad.as_ref().map(|(_, w)| *w),
                 wgrad.as_ref().map(|(_, x)| *x),
                 out_dtype,
+                saved.split_accumulator,
             ),
             _ => dgrad_and_wgrad::<Q>(
                 dgrad.as_ref().map(|(_, w)| (&qdy, *w)),
                 wgrad.as_ref().map(|(_, x)| (&qdy, *x)),
                 out_dtype,
+                saved.split_accumulator,
             ),
         };
         if let (Some((node, _)), Some(dx)) = (dgrad, dx) {
@@ -593,6 +602,7 @@ pub(crate) fn dgrad_and_wgrad<'a, Q: LowpBackend>(
     dgrad: Option<(&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)>,
     wgrad: Option<(&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)>,
     out_dtype: FloatDType,
+    split: SplitAccumulator,
 ) -> (Option<FloatTensor<Q>>, Option<FloatTensor<Q>>) {
     let call = |kind, (a, b): (&'a QuantizedTensor<Q>, &'a QuantizedTensor<Q>)| GemmCall {
         kind,
@@ -601,6 +611,7 @@ pub(crate) fn dgrad_and_wgrad<'a, Q: LowpBackend>(
         options: GemmOptions {
             out_dtype,
             accumulate: None,
+            split_accumulator: Some(split.of(kind)),
         },
     };
     let calls: Vec<GemmCall<'a, Q>> = [
@@ -781,6 +792,7 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
                     },
                     grad_output: op.grad_output,
                     debug,
+                    split_accumulator: op.split_accumulator,
                 };
                 prep.finish(saved, y)
             }

@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::custom::CustomRecipe;
+use super::gemm_params::{MmParams, SplitAccumulator};
 use super::role::{slot_tensor_type, Pass, QuantizerRole, SlotLayout, WEIGHT};
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
@@ -45,6 +46,14 @@ pub struct CurrentScalingRecipe {
     pub power_2_scales: bool,
     #[serde(default)]
     pub amax_epsilon: f32,
+    /// TE's `MMParams` per GEMM: fprop fast accumulation, dgrad and wgrad the split accumulator
+    /// unless set (`{"use_split_accumulator": false}`).
+    #[serde(default = "super::gemm_params::fast")]
+    pub fp8_gemm_fprop: MmParams,
+    #[serde(default = "super::gemm_params::split")]
+    pub fp8_gemm_dgrad: MmParams,
+    #[serde(default = "super::gemm_params::split")]
+    pub fp8_gemm_wgrad: MmParams,
 }
 
 /// TE `Float8BlockScaling`: block dimension 1 means 1x128 blocks, 2 means 128x128 tiles.
@@ -121,6 +130,8 @@ pub struct ModuleQuantizers {
     pub backward: Vec<SlotQuantizer>,
     /// The module's delayed-scaling state parameters, if any slot requests delayed scaling.
     pub delayed: Option<DelayedScalingConfig>,
+    /// How its FP8 per-tensor GEMMs accumulate (TE's defaults unless the recipe sets them).
+    pub split_accumulator: SplitAccumulator,
     /// Non-fatal findings (e.g. stochastic rounding outside gradients).
     pub warnings: Vec<String>,
 }
@@ -276,9 +287,21 @@ impl Recipe {
 
     /// Resolves every slot of a module.
     pub fn resolve(&self, layout: &SlotLayout) -> Result<ModuleQuantizers> {
-        resolve_slots(layout, |role, pass, index| {
+        let mut quantizers = resolve_slots(layout, |role, pass, index| {
             self.quantizer(role, pass, index)
-        })
+        })?;
+        quantizers.split_accumulator = self.split_accumulator();
+        Ok(quantizers)
+    }
+
+    /// How this recipe's FP8 per-tensor GEMMs accumulate.
+    pub fn split_accumulator(&self) -> SplitAccumulator {
+        match self {
+            Recipe::CurrentScaling(c) => {
+                SplitAccumulator::from_params(c.fp8_gemm_fprop, c.fp8_gemm_dgrad, c.fp8_gemm_wgrad)
+            }
+            _ => SplitAccumulator::default(),
+        }
     }
 }
 
@@ -343,6 +366,7 @@ pub fn resolve_slots(
         forward,
         backward,
         delayed,
+        split_accumulator: SplitAccumulator::default(),
         warnings,
     };
     check_no_2d_by_2d(layout, &quantizers)?;

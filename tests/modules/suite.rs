@@ -302,6 +302,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                 GemmOptions {
                     out_dtype: FloatDType::BF16,
                     accumulate: Some(B::float_from_host(&c, device)),
+                    split_accumulator: None,
                 },
             ) {
                 Ok(t) => crate::common::read_f32::<B>(t),
@@ -343,6 +344,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                 options: GemmOptions {
                     out_dtype: FloatDType::BF16,
                     accumulate: None,
+                    split_accumulator: None,
                 },
             },
         ]);
@@ -355,6 +357,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                 GemmOptions {
                     out_dtype: FloatDType::BF16,
                     accumulate: None,
+                    split_accumulator: None,
                 },
             ),
         ];
@@ -506,14 +509,24 @@ pub fn check_bias_gradient<B: LowpBackend>(device: &B::Device) {
     }
 }
 
-/// Gradients under every recipe against the f32 reference, within each format's error.
+/// Gradients under every recipe against the f32 reference, within each format's error; also
+/// current scaling with fast accumulation in all three GEMMs (TE's `fp8_gemm_*` set to
+/// `use_split_accumulator: false`; on CUDA cuBLASLt's fast accumulation).
 pub fn check_gradients<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     type AD<B> = Autodiff<B>;
     let mut failures = Vec::new();
-    for name in RECIPES {
+    let fast = r#"{"recipe": "current_scaling",
+        "fp8_gemm_fprop": {"use_split_accumulator": false},
+        "fp8_gemm_dgrad": {"use_split_accumulator": false},
+        "fp8_gemm_wgrad": {"use_split_accumulator": false}}"#;
+    let recipes = RECIPES
+        .iter()
+        .map(|name| (*name, recipe(name)))
+        .chain([("current_scaling, fast accumulation", Recipe::from_json(fast).unwrap())]);
+    for (name, r) in recipes {
         let linear: Linear<AD<B>> = LinearConfig::new(256, 128)
             .with_name("layers.3.proj".into())
-            .init(&recipe(name), device)
+            .init(&r, device)
             .unwrap();
         let x = Tensor::<AD<B>, 2>::random([128, 256], Distribution::Normal(0.0, 1.0), device)
             .require_grad();
