@@ -388,16 +388,47 @@ pub fn check_grouped_bad_input<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// Operands for calling the grouped GEMMs directly on a module of 4 experts of 256 -> 256: X
+/// over `layout`'s rows and the experts' stacked W (1024 rows) with their groups, both quantized
+/// (rowwise and columnwise) by the module's forward slots; element `i` of operand `w` (0 = X,
+/// 1 = W) is `value(w, i)`.
+fn expert_operands<B: LowpBackend>(
+    m: &GroupedLinear<AD<B>>,
+    layout: &burn_lowp::backend::GroupLayout<B>,
+    scaling: burn_lowp::format::grouped::GroupScaling,
+    device: &B::Device,
+    value: impl Fn(usize, usize) -> f32,
+) -> (
+    burn_lowp::quant::QuantizedTensor<B>,
+    burn_lowp::quant::QuantizedTensor<B>,
+    burn_lowp::backend::Groups<B>,
+) {
+    use burn_lowp::format::{grouped::uniform_groups, HostMatrix, InputDtype, Usage};
+    let matrix = |rows: usize, w: usize| {
+        let values = (0..rows * 256).map(|i| value(w, i)).collect();
+        B::float_from_host(&HostMatrix::new("operand", rows, 256, InputDtype::F32, values).unwrap(), device)
+    };
+    let both = Usage {
+        rowwise: true,
+        columnwise: true,
+    };
+    let quantize = |t, groups, slot: usize| {
+        let spec = &m.lowp.quantizers.forward[slot].spec;
+        burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, scaling).unwrap()
+    };
+    let qx = quantize(matrix(layout.rows(), 0), &layout.groups, 0);
+    let weight_groups =
+        burn_lowp::backend::Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
+    let qw = quantize(matrix(1024, 1), &weight_groups, 1);
+    (qx, qw, weight_groups)
+}
+
 /// The graph-safe path (CUDA): under BF16 and FP8 per-tensor recipes, fprop and dgrad run as
 /// one pointer-array call over device splits (also with shared expert scales), and a forward reads
 /// no split on the host; FP8 block scaling and every wgrad run per group on the host copy of the
 /// splits.
 pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
-    use burn_lowp::backend::{
-        host_syncs, GemmKind, GemmPath, GroupedGemmPath, GroupedOperand, Groups,
-    };
-    use burn_lowp::format::grouped::uniform_groups;
-    use burn_lowp::format::Usage;
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmPath, GroupedGemmPath, GroupedOperand};
     let _turn = turn();
     let case = [300i64, 0, 17, 195];
     let tokens = 512;
@@ -421,30 +452,8 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
         }
         // The paths the backend picks for these operands (in == out, so X stands for dY too).
         let layout = m.layout(splits::<AD<B>>(&case, device), tokens).unwrap();
-        let matrix = |rows: usize| {
-            B::float_from_host(
-                &burn_lowp::format::HostMatrix::new(
-                    "operand",
-                    rows,
-                    256,
-                    burn_lowp::format::InputDtype::F32,
-                    (0..rows * 256).map(|i| ((i % 7) as f32 - 3.0) / 4.0).collect(),
-                )
-                .unwrap(),
-                device,
-            )
-        };
-        let both = Usage {
-            rowwise: true,
-            columnwise: true,
-        };
-        let quantize = |t, groups, slot: usize| {
-            let spec = &m.lowp.quantizers.forward[slot].spec;
-            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, scaling).unwrap()
-        };
-        let qx = quantize(matrix(layout.rows()), &layout.groups, 0);
-        let weight_groups = Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
-        let qw = quantize(matrix(1024), &weight_groups, 1);
+        let (qx, qw, weight_groups) =
+            expert_operands(&m, &layout, scaling, device, |_, i| ((i % 7) as f32 - 3.0) / 4.0);
         let x_op = GroupedOperand {
             tensor: &qx,
             groups: &layout.groups,
@@ -474,8 +483,7 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
 pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Device) {
     use burn::tensor::TensorPrimitive;
     use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupedOperand, Groups};
-    use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
-    use burn_lowp::format::Usage;
+    use burn_lowp::format::grouped::GroupScaling;
     let _turn = turn();
     // Aligned groups of 384, 0, 128 and 256 rows: 6 chunks filled of the bound's 8.
     let case = [300i64, 0, 17, 195];
@@ -491,30 +499,9 @@ pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Devic
         layout.check().unwrap();
         let filled_rows: usize = 768;
         assert_eq!(layout.rows(), 1024, "the bound of the case");
-        let matrix = |rows: usize, seed: usize| {
-            B::float_from_host(
-                &burn_lowp::format::HostMatrix::new(
-                    "operand",
-                    rows,
-                    256,
-                    burn_lowp::format::InputDtype::F32,
-                    (0..rows * 256).map(|i| (((i * 7 + seed) % 13) as f32 - 6.0) / 8.0).collect(),
-                )
-                .unwrap(),
-                device,
-            )
-        };
-        let both = Usage {
-            rowwise: true,
-            columnwise: true,
-        };
-        let quantize = |t, groups, slot: usize| {
-            let spec = &m.lowp.quantizers.forward[slot].spec;
-            burn_lowp::quant::grouped::quantize_grouped::<B>(t, groups, spec, both, 0, None, scaling).unwrap()
-        };
-        let qx = quantize(matrix(layout.rows(), 1), &layout.groups, 0);
-        let weight_groups = Groups::<B>::from_host(uniform_groups(4, 256), 1024, device).unwrap();
-        let qw = quantize(matrix(1024, 5), &weight_groups, 1);
+        let (qx, qw, weight_groups) = expert_operands(&m, &layout, scaling, device, |w, i| {
+            (((i * 7 + [1, 5][w]) % 13) as f32 - 6.0) / 8.0
+        });
         let unknown = Groups::<B> {
             host: layout.groups.host.unresolved(),
             ..layout.groups.clone()
