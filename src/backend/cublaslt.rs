@@ -431,10 +431,7 @@ impl CublasLt {
         }
         let key = g.plan_key();
         let mut plan = match self.plans.remove(&key) {
-            Some(plan) => {
-                unsafe { set_scale_pointers(plan.desc, g)? };
-                plan
-            }
+            Some(plan) => plan,
             None => unsafe { self.new_plan(lane, g)? },
         };
         let mut result = unsafe { self.run_plan(lane, &mut plan, g) };
@@ -454,8 +451,10 @@ impl CublasLt {
         result
     }
 
-    /// Runs `g` on its plan; a batch runs its `count` entries (see `LtBatch`).
+    /// Runs `g` on its plan (with this call's scale pointers); a batch runs its `count` entries
+    /// (see `LtBatch`).
     unsafe fn run_plan(&mut self, lane: usize, plan: &mut Plan, g: &LtGemm) -> Result<()> {
+        unsafe { set_scale_pointers(plan.desc, g)? };
         if let Some(batch) = &g.batch {
             unsafe { plan.run_entries(batch.count)? };
         }
