@@ -235,43 +235,43 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 .filter(|&chunks| chunks <= count);
             super::host_sync::record_pointer_array_batch(filled.is_some());
             LtGemm {
-            m: m as u64,
-            n: chunk as u64,
-            k: k as u64,
-            a: LtOperand {
-                ptr: ptr[0],
-                dtype: a_type,
-                transpose: a_outer_major,
-                ld: if a_outer_major { k } else { m } as i64,
-                scale: shared.then(|| (ptr[6], ScaleMode::Tensor)),
-            },
-            // A chunk of the activation is [128, k] row-major: outer-major.
-            b: LtOperand {
-                ptr: ptr[1],
-                dtype: b_type,
-                transpose: false,
-                ld: k as i64,
-                scale: shared.then(|| (ptr[7], ScaleMode::Tensor)),
-            },
-            c: None,
-            d: ptr[2],
-            d_dtype: d_type,
-            fast_accum,
-            batch: Some(LtBatch {
-                count: filled.unwrap_or(count) as u64,
-                capacity: count as u64,
-                chunk_rows: GROUP_ALIGN as u32,
-                groups: group_count,
-                group_start: ptr[4],
-                group_len: ptr[5],
-                a_group_stride: (m * k * a_es) as u64,
-                b_chunk_stride: (chunk * k * b_es) as u64,
-                d_chunk_stride: (chunk * m * element_bytes(d_type)) as u64,
-                pointers: ptr[3],
-            }),
-            strided: None,
-            autotune: true,
-        }
+                m: m as u64,
+                n: chunk as u64,
+                k: k as u64,
+                a: LtOperand {
+                    ptr: ptr[0],
+                    dtype: a_type,
+                    transpose: a_outer_major,
+                    ld: if a_outer_major { k } else { m } as i64,
+                    scale: shared.then(|| (ptr[6], ScaleMode::Tensor)),
+                },
+                // A chunk of the activation is [128, k] row-major: outer-major.
+                b: LtOperand {
+                    ptr: ptr[1],
+                    dtype: b_type,
+                    transpose: false,
+                    ld: k as i64,
+                    scale: shared.then(|| (ptr[7], ScaleMode::Tensor)),
+                },
+                c: None,
+                d: ptr[2],
+                d_dtype: d_type,
+                fast_accum,
+                batch: Some(LtBatch {
+                    count: filled.unwrap_or(count) as u64,
+                    capacity: count as u64,
+                    chunk_rows: GROUP_ALIGN as u32,
+                    groups: group_count,
+                    group_start: ptr[4],
+                    group_len: ptr[5],
+                    a_group_stride: (m * k * a_es) as u64,
+                    b_chunk_stride: (chunk * k * b_es) as u64,
+                    d_chunk_stride: (chunk * m * element_bytes(d_type)) as u64,
+                    pointers: ptr[3],
+                }),
+                strided: None,
+                autotune: true,
+            }
         },
     )?;
     drop(keep);
