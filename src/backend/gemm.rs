@@ -35,7 +35,7 @@ impl GemmKind {
     /// Whether an FP8 per-tensor GEMM of this kind uses the split accumulator: `asked`
     /// (`GemmOptions::split_accumulator`), else TE's default (fprop fast, dgrad and wgrad split).
     pub fn split_accumulator(self, asked: Option<bool>) -> bool {
-        asked.unwrap_or(self != GemmKind::Fprop)
+        asked.unwrap_or_else(|| crate::recipe::SplitAccumulator::default().of(self))
     }
 
     /// Output shape for operands of logical shapes `a` and `b`, or an error if they do not fit.
