@@ -213,14 +213,6 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
             _ => None,
         }
     }
-
-    /// Whether the host holds the value already (reading it costs nothing).
-    pub fn is_ready(&self) -> bool {
-        matches!(
-            &*self.shared.slot.lock().expect("host copy lock"),
-            Slot::Ready(_)
-        )
-    }
 }
 
 #[cfg(test)]
@@ -238,7 +230,6 @@ mod tests {
             Ok(7u32)
         });
         assert_eq!(copy.try_get(), None, "nobody has read it");
-        assert!(!copy.is_ready());
         assert_eq!(copy.clone().get().unwrap(), 7);
         assert_eq!(copy.get().unwrap(), 7);
         assert_eq!(copy.try_get(), Some(7));
