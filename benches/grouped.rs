@@ -17,8 +17,8 @@
 //!   activations) forward + backward per recipe (FP8 per-tensor ones also with the experts
 //!   sharing one scale, `_shared`), including the layout, the row moves, every
 //!   quantization, and the host synchronizations per step (`host_syncs`); `bf16` and
-//!   `current_scaling_shared` also with the splits' copy resolved on first read (`_on_read`,
-//!   `LOWP_SPLIT_COPY=on-read`) rather than by the resolver thread.
+//!   `current_scaling_shared` also with the splits' copy taken by the resolver thread
+//!   (`_background`, `LOWP_SPLIT_COPY=background`) rather than by its first reader.
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
@@ -254,18 +254,18 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
         ))
         .require_grad();
         use burn_lowp::backend::host_copy::{set_split_copy, SplitCopy};
-        let background = SplitCopy::Background;
+        let on_read = SplitCopy::OnRead;
         for (name, file, scaling, split_copy) in [
-            ("bf16", "bf16", GroupScaling::PerGroup, background),
-            ("current_scaling", "current_scaling", GroupScaling::PerGroup, background),
-            ("current_scaling_shared", "current_scaling", GroupScaling::Shared, background),
-            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup, background),
-            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared, background),
-            ("block_scaling", "block_scaling", GroupScaling::PerGroup, background),
-            ("mxfp8", "mxfp8", GroupScaling::PerGroup, background),
-            // The splits' copy resolved by its first reader (the wgrad): bound batches.
-            ("bf16_on_read", "bf16", GroupScaling::PerGroup, SplitCopy::OnRead),
-            ("current_scaling_shared_on_read", "current_scaling", GroupScaling::Shared, SplitCopy::OnRead),
+            ("bf16", "bf16", GroupScaling::PerGroup, on_read),
+            ("current_scaling", "current_scaling", GroupScaling::PerGroup, on_read),
+            ("current_scaling_shared", "current_scaling", GroupScaling::Shared, on_read),
+            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup, on_read),
+            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared, on_read),
+            ("block_scaling", "block_scaling", GroupScaling::PerGroup, on_read),
+            ("mxfp8", "mxfp8", GroupScaling::PerGroup, on_read),
+            // The splits' copy taken by the resolver thread as soon as it arrives: exact batches.
+            ("bf16_background", "bf16", GroupScaling::PerGroup, SplitCopy::Background),
+            ("current_scaling_shared_background", "current_scaling", GroupScaling::Shared, SplitCopy::Background),
         ] {
             let case = format!("grouped_linear_step {name} {dist}");
             if !selected(&case) {
@@ -314,7 +314,7 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
             }
             println!("{line}");
         }
-        set_split_copy(SplitCopy::Background);
+        set_split_copy(SplitCopy::OnRead);
     }
 }
 

@@ -812,8 +812,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             words(&buffers.group_tokens, count),
             words(&buffers.status, kernels::group_layout::STATUS_WORDS),
         ]);
-        // On CUDA a resolver thread takes the copy as soon as it arrives, so that the grouped
-        // GEMMs can see (without waiting) whether the host knows the splits already.
+        // On CUDA, with `LOWP_SPLIT_COPY=background`, a resolver thread takes the copy as soon as
+        // it arrives, so that the grouped GEMMs see the splits as early as possible; by default
+        // the first reader resolves it (`host_copy::SplitCopy`).
         let resolve = move || {
             let read = later()?;
             let u32s = |b: &Vec<u8>| {
