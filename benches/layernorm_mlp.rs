@@ -4,8 +4,9 @@
 //! `cargo bench --features cuda --bench layernorm_mlp`:
 //! * `mlp_step`: `LayerNormMlp` hidden 4096 -> ffn 16384, 8192 tokens, LayerNorm, bias, BF16
 //!   parameters and activations, gelu and swiglu, forward + backward (x, every parameter) under
-//!   the bf16, current_scaling, delayed_scaling, block_scaling and mxfp8 recipes; weights
-//!   quantized every step (no micro-batch cache). TFLOP/s counts the six GEMMs.
+//!   the bf16, current_scaling (also with fast accumulation in all three GEMMs,
+//!   `recipes/current_scaling_fast_accumulation.json`), delayed_scaling, block_scaling and mxfp8
+//!   recipes; weights quantized every step (no micro-batch cache). TFLOP/s counts the six GEMMs.
 //! * `mlp_pass`: each norm / activation pass alone on the same shapes (forward with the fused
 //!   amax, backward with amax and dbias), to say how much of a step they take.
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
@@ -135,6 +136,7 @@ fn main() {
         for name in [
             "bf16",
             "current_scaling",
+            "current_scaling_fast_accumulation",
             "delayed_scaling",
             "block_scaling",
             "mxfp8",

@@ -23,9 +23,10 @@ fn recipe_path(name: &str) -> PathBuf {
     common::recipes_dir().join(name)
 }
 
-const FILES: [&str; 8] = [
+const FILES: [&str; 9] = [
     "delayed_scaling.json",
     "current_scaling.json",
+    "current_scaling_fast_accumulation.json",
     "block_scaling.json",
     "mxfp8.json",
     "nvfp4.json",
@@ -155,7 +156,7 @@ fn expected(file: &str, slot: &burn_lowp::recipe::SlotQuantizer, pass: Pass) -> 
     };
     match file {
         "delayed_scaling.json" => QuantizerSpec::Fp8Delayed(DelayedScalingConfig::default()),
-        "current_scaling.json" => QuantizerSpec::Fp8Current {
+        "current_scaling.json" | "current_scaling_fast_accumulation.json" => QuantizerSpec::Fp8Current {
             fp8: if forward {
                 Fp8Format::E4M3
             } else {
@@ -809,12 +810,23 @@ fn fp8_gemm_accumulation_follows_the_recipe() {
         wgrad: true,
     };
     let file = Recipe::load(recipe_path("current_scaling.json")).unwrap();
+    let all_fast = Recipe::load(recipe_path("current_scaling_fast_accumulation.json")).unwrap();
     let fast_dgrad = Recipe::from_json(
         r#"{"recipe":"current_scaling","fp8_gemm_dgrad":{"use_split_accumulator":false},"fp8_gemm_fprop":{"use_split_accumulator":true}}"#,
     )
     .unwrap();
     for layout in layouts() {
         assert_eq!(file.resolve(&layout).unwrap().split_accumulator, te, "{}", layout.name);
+        assert_eq!(
+            all_fast.resolve(&layout).unwrap().split_accumulator,
+            SplitAccumulator {
+                fprop: false,
+                dgrad: false,
+                wgrad: false,
+            },
+            "{}",
+            layout.name
+        );
         let q = fast_dgrad.resolve(&layout).unwrap();
         assert_eq!(
             [GemmKind::Fprop, GemmKind::Dgrad, GemmKind::Wgrad].map(|k| q.split_accumulator.of(k)),
