@@ -10,7 +10,7 @@
 //! as soon as the GPU has written the copy; with first-reader resolution only once something has
 //! read it (e.g. a wgrad).
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
@@ -74,7 +74,18 @@ struct Shared<T> {
     arrived: Condvar,
     /// Whether it has been read (the first read of a device copy is counted in `host_syncs`;
     /// a value the host made is never counted).
-    read: Mutex<bool>,
+    read: AtomicBool,
+}
+
+impl<T> Shared<T> {
+    /// Stores what the wait gave and wakes the readers waiting for it.
+    fn settle(&self, waited: Result<T>) {
+        *self.slot.lock().expect("host copy lock") = match waited {
+            Ok(value) => Slot::Ready(value),
+            Err(e) => Slot::Failed(e.to_string()),
+        };
+        self.arrived.notify_all();
+    }
 }
 
 /// See the module docs. Clones share the copy.
@@ -127,7 +138,7 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
             shared: Arc::new(Shared {
                 slot: Mutex::new(slot),
                 arrived: Condvar::new(),
-                read: Mutex::new(from_host),
+                read: AtomicBool::new(from_host),
             }),
         }
     }
@@ -147,14 +158,7 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
     pub fn in_background(wait: impl FnOnce() -> Result<T> + Send + 'static) -> Self {
         let copy = Self::with(Slot::Resolving);
         let shared = copy.shared.clone();
-        let job = Box::new(move || {
-            let resolved = match wait() {
-                Ok(value) => Slot::Ready(value),
-                Err(e) => Slot::Failed(e.to_string()),
-            };
-            *shared.slot.lock().expect("host copy lock") = resolved;
-            shared.arrived.notify_all();
-        });
+        let job = Box::new(move || shared.settle(wait()));
         if let Err(refused) = resolver().lock().expect("resolver lock").send(job) {
             // The resolver thread is gone (it never exits while the process runs): resolve here.
             (refused.0)();
@@ -184,13 +188,8 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
                     // Waits without the lock, so that `try_get` (e.g. on CubeCL's device thread,
                     // which the wait may need) never blocks on it.
                     drop(slot);
-                    let resolved = match wait() {
-                        Ok(value) => Slot::Ready(value),
-                        Err(e) => Slot::Failed(e.to_string()),
-                    };
+                    self.shared.settle(wait());
                     slot = self.shared.slot.lock().expect("host copy lock");
-                    *slot = resolved;
-                    self.shared.arrived.notify_all();
                 }
                 Slot::Resolving => {
                     slot = self.shared.arrived.wait(slot).expect("host copy lock");
@@ -198,8 +197,7 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
                 Slot::Ready(_) | Slot::Failed(_) => break,
             }
         }
-        let first = !std::mem::replace(&mut *self.shared.read.lock().expect("host copy lock"), true);
-        if first {
+        if !self.shared.read.swap(true, Ordering::Relaxed) {
             record_split_read(started.elapsed());
         }
         match &*slot {
