@@ -25,7 +25,7 @@ use std::time::Instant;
 mod cases;
 #[path = "common/timing.rs"]
 mod timing;
-use cases::{recipe, selected};
+use cases::{fp8_encoder_from_env, recipe, selected};
 use timing::{host_time, sync, time};
 
 use burn::backend::Autodiff;
@@ -238,6 +238,7 @@ fn main() {
         &device,
     ))
     .require_grad();
+    let encoder = fp8_encoder_from_env();
     for name in [
         "bf16",
         "current_scaling",
@@ -281,7 +282,7 @@ fn main() {
         };
         let flops = 3.0 * 2.0 * (tokens * features * features) as f64;
         println!(
-            "{{\"bench\":\"linear_step\",\"recipe\":\"{name}\",\"tokens\":{tokens},\"in\":{features},\"out\":{features},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+            "{{\"bench\":\"linear_step\",\"recipe\":\"{name}\",\"encoder\":\"{encoder}\",\"tokens\":{tokens},\"in\":{features},\"out\":{features},\"time_us\":{:.1},\"tflops\":{:.1}}}",
             seconds * 1e6,
             flops / seconds / 1e12
         );

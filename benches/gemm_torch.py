@@ -123,7 +123,7 @@ def main():
         if o.get("bench") == "linear_step" and "time_us" in o:
             base = theirs.get(("linear_step", "torch_bf16"))
             te = theirs.get(("linear_step", "te_" + o["recipe"]))
-            line = {"compare": "linear_step", "recipe": o["recipe"], "ours_us": o["time_us"]}
+            line = {"compare": "linear_step", "recipe": o["recipe"], "ours_us": o["time_us"], "encoder": o.get("encoder", "instruction")}
             if base:
                 line["speedup_over_torch_bf16"] = round(base * 1e6 / o["time_us"], 3)
             if te:

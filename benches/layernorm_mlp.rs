@@ -16,7 +16,7 @@
 mod cases;
 #[path = "common/timing.rs"]
 mod timing;
-use cases::{recipe, selected};
+use cases::{fp8_encoder_from_env, recipe, selected};
 use timing::time;
 
 use burn::backend::Autodiff;
@@ -42,6 +42,7 @@ fn main() {
     let x_inner = Tensor::<B, 2>::random([tokens, hidden], Distribution::Normal(0.0, 1.0), &device);
     let x = Tensor::<AD, 2>::from_inner(x_inner.clone()).require_grad();
 
+    let encoder = fp8_encoder_from_env();
     for act in [Activation::Gelu, Activation::Swiglu] {
         let width = if act.is_gated() { 2 * ffn } else { ffn };
         // The passes alone.
@@ -169,7 +170,7 @@ fn main() {
             };
             let flops = 3.0 * 2.0 * (tokens * hidden * (width + ffn)) as f64;
             println!(
-                "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"tokens\":{tokens},\"hidden\":{hidden},\"ffn\":{ffn},\"time_us\":{:.1},\"tflops\":{:.1}}}",
+                "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"encoder\":\"{encoder}\",\"tokens\":{tokens},\"hidden\":{hidden},\"ffn\":{ffn},\"time_us\":{:.1},\"tflops\":{:.1}}}",
                 seconds * 1e6,
                 flops / seconds / 1e12
             );

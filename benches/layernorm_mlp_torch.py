@@ -71,7 +71,7 @@ def main():
         if o.get("bench") != "mlp_step" or "time_us" not in o:
             continue
         act = o["activation"]
-        line = {"compare": "mlp_step", "activation": act, "recipe": o["recipe"], "ours_us": o["time_us"]}
+        line = {"compare": "mlp_step", "activation": act, "recipe": o["recipe"], "ours_us": o["time_us"], "encoder": o.get("encoder", "instruction")}
         for impl in ["torch_bf16", "torch_compile_bf16"]:
             t = theirs.get((act, impl))
             if t:

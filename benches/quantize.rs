@@ -5,12 +5,17 @@
 //! `gbps` = (input bytes + output bytes) / time, `copy_gbps` = 2 * input bytes / copy time, and
 //! their ratio. Current scaling and NVFP4 read the input twice (amax pass, then cast); their
 //! bytes still count the input once, so the ratio shows the cost of the second pass.
-//! `fp8-e4m3-scale` is the FP8 cast with a known scale (delayed scaling): one pass.
+//! `fp8-e4m3-scale` is the FP8 cast with a known scale (delayed scaling): one pass. FP8 formats run
+//! with both encoders (`encoder`: CUDA's conversion instruction, then the integer encoder).
+//! `LOWP_BENCH_FILTER=text` keeps the cases whose `format encoder usage` contains `text`.
 //! Timing: wall clock around N back-to-back launches between two device synchronizations, which
 //! includes launch and output-allocation overhead.
 
+#[path = "common/cases.rs"]
+mod cases;
 #[path = "common/timing.rs"]
 mod timing;
+use cases::selected;
 use timing::time;
 
 use burn_cubecl::CubeBackend;
@@ -145,39 +150,54 @@ fn main() {
             &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![0.5]).unwrap(),
             &device,
         );
-        for (usage_name, usage) in usages {
-            let seconds = time(&client, iterations, 1, || {
-                let _ = Backend::quantize_fp8_with_scale(
-                    input.clone(),
-                    Fp8Format::E4M3,
-                    scale.clone(),
-                    usage,
-                )
-                .expect("quantize");
-            });
-            let directions = usage.rowwise as usize + usage.columnwise as usize;
-            let gbps = (input_bytes + directions * elements) as f64 / seconds / 1e9;
-            println!(
-                "{{\"bench\":\"quantize\",\"format\":\"fp8-e4m3-scale\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
-                seconds * 1e6,
-                gbps / copy_gbps
-            );
-        }
-        for (name, config) in &configs {
+        // Each FP8 format twice: with the encoder this runtime uses (CUDA's conversion
+        // instruction) and with the integer encoder (what every FP8 kernel ran before it).
+        for (encoder, integer) in [("instruction", false), ("integer", true)] {
+            burn_lowp_kernels::force_integer_fp8_encoder(integer);
             for (usage_name, usage) in usages {
+                if !selected(&format!("fp8-e4m3-scale {encoder} {usage_name}")) {
+                    continue;
+                }
                 let seconds = time(&client, iterations, 1, || {
-                    let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
-                        .expect("quantize");
+                    let _ = Backend::quantize_fp8_with_scale(
+                        input.clone(),
+                        Fp8Format::E4M3,
+                        scale.clone(),
+                        usage,
+                    )
+                    .expect("quantize");
                 });
                 let directions = usage.rowwise as usize + usage.columnwise as usize;
-                let bytes = input_bytes + directions * output_bytes(config, elements);
-                let gbps = bytes as f64 / seconds / 1e9;
+                let gbps = (input_bytes + directions * elements) as f64 / seconds / 1e9;
                 println!(
-                    "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
+                    "{{\"bench\":\"quantize\",\"format\":\"fp8-e4m3-scale\",\"encoder\":\"{encoder}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
                     seconds * 1e6,
                     gbps / copy_gbps
                 );
             }
+            for (name, config) in &configs {
+                if integer && matches!(config, FormatConfig::Nvfp4(_)) {
+                    continue; // no FP8 element codes
+                }
+                for (usage_name, usage) in usages {
+                    if !selected(&format!("{name} {encoder} {usage_name}")) {
+                        continue;
+                    }
+                    let seconds = time(&client, iterations, 1, || {
+                        let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
+                            .expect("quantize");
+                    });
+                    let directions = usage.rowwise as usize + usage.columnwise as usize;
+                    let bytes = input_bytes + directions * output_bytes(config, elements);
+                    let gbps = bytes as f64 / seconds / 1e9;
+                    println!(
+                        "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"encoder\":\"{encoder}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
+                        seconds * 1e6,
+                        gbps / copy_gbps
+                    );
+                }
+            }
         }
+        burn_lowp_kernels::force_integer_fp8_encoder(false);
     }
 }

@@ -1,4 +1,5 @@
 //! What the CUDA benchmarks share besides timing: which cases run, and the recipe files.
+#![allow(dead_code)] // each bench uses part of it
 
 use burn_lowp::recipe::Recipe;
 
@@ -14,4 +15,17 @@ pub fn recipe(name: &str) -> Recipe {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
     let dir = if dir.is_dir() { dir } else { "recipes".into() };
     Recipe::load(dir.join(name)).expect("recipe file")
+}
+
+/// `LOWP_BENCH_FP8_ENCODER=integer` makes the FP8 quantize kernels use their integer encoder
+/// instead of CUDA's conversion instruction (same codes; for A/B runs). Returns the encoder's name
+/// for the JSON lines.
+pub fn fp8_encoder_from_env() -> &'static str {
+    let integer = std::env::var("LOWP_BENCH_FP8_ENCODER").is_ok_and(|e| e == "integer");
+    burn_lowp_kernels::force_integer_fp8_encoder(integer);
+    if integer {
+        "integer"
+    } else {
+        "instruction"
+    }
 }

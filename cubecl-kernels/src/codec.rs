@@ -3,6 +3,7 @@
 //! the bit patterns, so that every runtime produces the reference's bytes.
 
 use cubecl::prelude::*;
+use cubecl::{e4m3, e5m2};
 
 /// Element type of the high-precision input, read as raw little-endian 32-bit words: one f32 per
 /// word, or two 16-bit values per word (the even element in the low half).
@@ -226,6 +227,32 @@ pub fn encode_fp8(x: f32, #[comptime] kind: Fp8Kind) -> u32 {
         0x7Fu32,
         magnitude | ((bits >> 24u32) & 0x80u32),
     )
+}
+
+/// How a kernel turns f32 into FP8 codes; chosen per runtime by the launcher (`fp8_encoder`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Fp8Encoder {
+    /// `encode_fp8`: integer arithmetic on the bit pattern, any runtime.
+    Integer,
+    /// The GPU's saturating conversion instruction (CUDA, sm_89+: `cvt.rn.satfinite.e4m3x2.f32`),
+    /// reached through CubeCL's `e4m3` / `e5m2` casts, which write `__NV_SATFINITE` with the
+    /// vendored code generator (`vendor/README.md`). One instruction per element where the
+    /// integer encoder takes a dozen, which bound the quantize kernels; same codes (round to
+    /// nearest even, saturating, NaN -> 0x7F), checked bit for bit by the kernel tests.
+    Instruction,
+}
+
+/// FP8 encode by the encoder the launcher chose.
+#[cube]
+pub fn encode_fp8_by(x: f32, #[comptime] kind: Fp8Kind, #[comptime] encoder: Fp8Encoder) -> u32 {
+    if comptime![encoder == Fp8Encoder::Instruction] {
+        match kind {
+            Fp8Kind::E4M3 => u32::cast_from(u8::reinterpret(e4m3::cast_from(x))),
+            Fp8Kind::E5M2 => u32::cast_from(u8::reinterpret(e5m2::cast_from(x))),
+        }
+    } else {
+        encode_fp8(x, kind)
+    }
 }
 
 /// Round-to-nearest-even count of target quanta in `|x|` (bits `abs`) below the target's smallest

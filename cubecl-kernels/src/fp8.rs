@@ -13,7 +13,7 @@
 //! group takes one scale (the largest group amax's, or the smallest delayed scale), folded by
 //! every cube from the per-group sources in the same launch.
 
-use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind, Fp8Kind};
+use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
 use crate::group_layout::find_group;
 use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
@@ -44,6 +44,7 @@ pub struct Fp8CastConfig {
     /// Grouped: one scale for every group, made from all groups' sources (the largest amax, or
     /// the smallest delayed scale), so that a grouped GEMM can apply it as one per-tensor scale.
     pub shared_scale: bool,
+    pub encoder: Fp8Encoder,
 }
 
 /// Quantizes a tile of 32 rows x 256 columns. A grouped tile lies in one group (groups are
@@ -137,7 +138,7 @@ pub fn fp8_cast_kernel<N: Size>(
                     local_amax = a;
                 }
             }
-            codes[i] = encode_fp8(values[i] * scale, config.fp8);
+            codes[i] = encode_fp8_by(values[i] * scale, config.fp8, config.encoder);
         }
         if comptime![config.rowwise] {
             #[unroll]

@@ -7,7 +7,7 @@
 //! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
 //! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
 
-use crate::codec::{abs_bits_for_amax, encode_fp8, load_chunk, ElemKind};
+use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder};
 use crate::flags::{COLUMNWISE, ROWWISE};
 use crate::group_layout::find_group;
 use crate::scale::{scale_from_amax, ScaleRule};
@@ -31,6 +31,7 @@ pub struct Fp8BlockKernelConfig {
     /// or `[cols / 128, rows_g / 128]` (128x128) at `start_g / 128` scale rows. Rowwise data does
     /// not change: its blocks never cross rows.
     pub grouped: bool,
+    pub encoder: Fp8Encoder,
 }
 
 #[cube(launch_unchecked)]
@@ -204,7 +205,7 @@ pub fn fp8_block_kernel<N: Size>(
             let scale = scale_from_amax(f32::reinterpret(amax), config.rule);
             #[unroll]
             for j in 0..8usize {
-                codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
+                codes[i * 8 + j] = encode_fp8_by(values[i * 8 + j] * scale, fp8, config.encoder);
             }
             let low = codes[i * 8]
                 | (codes[i * 8 + 1] << 8u32)
@@ -250,7 +251,7 @@ pub fn fp8_block_kernel<N: Size>(
             let scale = scale_from_amax(f32::reinterpret(amax), config.rule);
             #[unroll]
             for i in 0..4usize {
-                codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * scale, fp8);
+                codes[i * 8 + j] = encode_fp8_by(values[i * 8 + j] * scale, fp8, config.encoder);
             }
             let word = (g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 4;
             columnwise[word] = codes[j]

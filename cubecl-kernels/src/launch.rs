@@ -8,7 +8,7 @@ use crate::amax::{
     amax_kernel, amax_rht_kernel, group_amax_kernel, AMAX_UNITS, GROUP_AMAX_COLS, GROUP_AMAX_ROWS,
 };
 use crate::buffers::{copy_kernel, copy_words_kernel, fill_kernel};
-use crate::codec::{ElemKind, Fp8Kind};
+use crate::codec::{ElemKind, Fp8Encoder, Fp8Kind};
 use crate::dequantize::{
     dequantize_fp8_grouped_kernel, dequantize_fp8_kernel, dequantize_mxfp8_kernel,
     dequantize_nvfp4_kernel,
@@ -28,6 +28,32 @@ const INPUT_VECTOR: usize = 4;
 /// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
 fn unroll<R: Runtime>(client: &ComputeClient<R>) -> bool {
     !R::name(client).starts_with("wgpu")
+}
+
+static INTEGER_FP8_ENCODER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every runtime use the integer FP8 encoder from the next launch on (`false`: each
+/// runtime's own choice again). For benchmarks and tests comparing the two; both give the same codes.
+pub fn force_integer_fp8_encoder(force: bool) {
+    INTEGER_FP8_ENCODER.store(force, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The FP8 encoder for a runtime: the conversion instruction on CUDA devices that have it (sm_89+;
+/// CubeCL registers FP8 conversions there, and the vendored code generator makes them saturate),
+/// integer arithmetic elsewhere (wgpu's FP8 conversions, where a Vulkan driver has them, are not
+/// known to round and saturate as the formats need).
+pub fn fp8_encoder<R: Runtime>(client: &ComputeClient<R>) -> Fp8Encoder {
+    use cubecl::ir::features::{EnumSet, TypeUsage};
+    let converts = |usage: EnumSet<TypeUsage>| usage.contains(TypeUsage::Conversion);
+    if !INTEGER_FP8_ENCODER.load(std::sync::atomic::Ordering::Relaxed)
+        && R::name(client) == "cuda"
+        && converts(cubecl::e4m3::supported_uses(client))
+        && converts(cubecl::e5m2::supported_uses(client))
+    {
+        Fp8Encoder::Instruction
+    } else {
+        Fp8Encoder::Integer
+    }
 }
 
 /// A shape or argument a kernel cannot take.
@@ -418,6 +444,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
         record_amax: !from_amax,
         grouped: groups.is_some(),
         shared_scale,
+        encoder: fp8_encoder(client),
     };
     let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
@@ -500,6 +527,7 @@ pub fn quantize_fp8_block<R: Runtime>(
         block_2d,
         unroll: unroll(client),
         grouped: groups.is_some(),
+        encoder: fp8_encoder(client),
     };
     let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
@@ -602,6 +630,7 @@ pub fn quantize_mxfp8<R: Runtime>(
         block_2d,
         reciprocal_max_bits: (1.0f32 / max).to_bits(),
         unroll: unroll(client),
+        encoder: fp8_encoder(client),
     };
     unsafe {
         mxfp8_kernel::launch_unchecked::<R>(

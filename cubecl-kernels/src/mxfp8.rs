@@ -7,7 +7,8 @@
 //! `[M, K]` layout for both directions; scales as bytes, compact or GEMM-swizzled.
 
 use crate::codec::{
-    abs_bits_for_amax, e8m0_reciprocal, encode_fp8, float_to_e8m0, load_chunk, ElemKind, Fp8Kind,
+    abs_bits_for_amax, e8m0_reciprocal, encode_fp8_by, float_to_e8m0, load_chunk, ElemKind, Fp8Encoder,
+    Fp8Kind,
 };
 use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
 use crate::swizzle::{scale_index, swizzled_offset};
@@ -31,6 +32,7 @@ pub struct Mxfp8Config {
     pub reciprocal_max_bits: u32,
     /// Fully unroll the per-row / per-column loops (fast code; slow to compile on lavapipe).
     pub unroll: bool,
+    pub encoder: Fp8Encoder,
 }
 
 #[cube]
@@ -207,7 +209,7 @@ pub fn mxfp8_kernel<N: Size>(
                     e8m0_reciprocal(float_to_e8m0(f32::reinterpret(amax) * reciprocal_max));
                 #[unroll]
                 for j in 0..8usize {
-                    codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * multiplier, config.fp8);
+                    codes[i * 8 + j] = encode_fp8_by(values[i * 8 + j] * multiplier, config.fp8, config.encoder);
                 }
                 let word = ((row0 + i) * cols + col0) / 4;
                 rowwise[word] = pack4(&codes, i * 8);
@@ -226,7 +228,7 @@ pub fn mxfp8_kernel<N: Size>(
                     e8m0_reciprocal(float_to_e8m0(f32::reinterpret(amax) * reciprocal_max));
                 #[unroll]
                 for i in 0..4usize {
-                    codes[i * 8 + j] = encode_fp8(values[i * 8 + j] * multiplier, config.fp8);
+                    codes[i * 8 + j] = encode_fp8_by(values[i * 8 + j] * multiplier, config.fp8, config.encoder);
                 }
             }
             #[unroll(config.unroll)]
@@ -238,3 +240,4 @@ pub fn mxfp8_kernel<N: Size>(
         }
     }
 }
+

@@ -300,6 +300,61 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
     }
 }
 
+/// NaN of either sign, infinities, values past the format's maximum, halfway cases at the top and
+/// bottom of the range and f32 subnormals, cast with a known scale (delayed scaling's cast): the
+/// special cases where the integer encoder and the CUDA conversion instruction could part ways.
+pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -f32::MAX,
+        448.0,
+        464.0, // E4M3: halfway between 448 and the NaN code
+        -465.0,
+        57344.0,
+        61440.0, // E5M2: halfway between 57344 and infinity
+        -1.0e6,
+        2.0f32.powi(-10), // E4M3: halfway between 0 and the smallest subnormal
+        3.0 * 2.0f32.powi(-10),
+        -2.0f32.powi(-17), // E5M2: halfway between 0 and the smallest subnormal
+        2.0f32.powi(-6) - 2.0f32.powi(-12),
+        f32::from_bits(1),
+        -f32::from_bits(0x007F_FFFF),
+        0.0,
+        -0.0,
+    ];
+    let (rows, cols) = (32, 256);
+    let mut rng = SplitMix(0xF8);
+    let mut cases = 0;
+    for &dtype in dtypes {
+        let values = (0..rows * cols)
+            .map(|i| {
+                let v = if i % 3 == 0 { specials[(i / 3) % specials.len()] } else { rng.normal() as f32 * 300.0 };
+                dtype.round(v)
+            })
+            .collect();
+        let x = HostMatrix::new("special", rows, cols, dtype, values).unwrap();
+        for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            for scale in [1.0f32, 0.5, 4.0] {
+                let context = format!("special values {fp8:?} scale {scale} {}", dtype.name());
+                let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
+                let scale_tensor = B::float_from_host(
+                    &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
+                    device,
+                );
+                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, scale_tensor, Usage::BOTH)
+                    .unwrap_or_else(|e| panic!("{context}: {e}"));
+                assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
+                cases += 1;
+            }
+        }
+    }
+    println!("{cases} special-value FP8 casts bit-exact");
+}
+
 pub fn check_goldens<B: LowpBackend>(device: &B::Device, native_bf16: bool) {
     let g = crate::common::goldens();
     let mut checked = 0;
@@ -645,6 +700,11 @@ macro_rules! kernel_suite {
         #[test]
         fn delayed_scaling_matches_reference() {
             if let Some(d) = $device { crate::suite::check_delayed_scaling_matches_reference::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn fp8_special_values_match_reference() {
+            if let Some(d) = $device { crate::suite::check_fp8_special_values_match_reference::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
