@@ -16,13 +16,18 @@ use crate::dequantize::{
 use crate::flags;
 use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
-use crate::mxfp8::{mxfp8_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS};
+use crate::mxfp8::{
+    mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
+};
 use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE, NV_UNITS};
 use crate::scale::ScaleRule;
 use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
 
 /// Inputs are read as vectors of 4 words (16 bytes).
 const INPUT_VECTOR: usize = 4;
+
+/// Units per cube of the rowwise-only MXFP8 kernel (one unit per 32-element block).
+const MX_ROWWISE_UNITS: usize = 256;
 
 /// Whether to fully unroll the kernels' per-row loops: yes on CUDA (register arrays), no on wgpu,
 /// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
@@ -632,27 +637,47 @@ pub fn quantize_mxfp8<R: Runtime>(
         unroll: unroll(client),
         encoder: fp8_encoder(client),
     };
-    unsafe {
-        mxfp8_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(
-                ceil_div(x.cols, MX_TILE_COLS) as u32,
-                (x.rows / MX_TILE_ROWS) as u32,
-                1,
-            ),
-            CubeDim::new_1d(MX_UNITS as u32),
-            INPUT_VECTOR,
-            x.arg(),
-            arg(&rowwise, n / 4),
-            arg(&rowwise_scales, row_shape[0] * row_shape[1]),
-            arg(&columnwise, n / 4),
-            arg(&columnwise_scales, col_shape[0] * col_shape[1]),
-            x.rows,
-            x.cols,
-            directions.flags() | if swizzled { flags::SWIZZLED } else { 0 },
-            config,
-        )
-    };
+    let flags = directions.flags() | if swizzled { flags::SWIZZLED } else { 0 };
+    if directions.rowwise && !directions.columnwise && !block_2d {
+        // Rowwise only with 1D blocks: one unit per block, no shared memory.
+        unsafe {
+            mxfp8_rowwise_kernel::launch_unchecked::<R>(
+                client,
+                linear_cubes(client, (n / 32).div_ceil(MX_ROWWISE_UNITS)),
+                CubeDim::new_1d(MX_ROWWISE_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+            )
+        };
+    } else {
+        unsafe {
+            mxfp8_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, MX_TILE_COLS) as u32,
+                    (x.rows / MX_TILE_ROWS) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(MX_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+            )
+        };
+    }
     Ok(QuantizeOutput::kept(
         directions,
         DirectionOutput {

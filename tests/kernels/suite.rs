@@ -236,6 +236,17 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                     &reference,
                     &format!("{context}: standalone"),
                 );
+                // Rowwise only (MXFP8 1D has a kernel of its own for it), swizzled in-kernel.
+                let mut reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
+                reference.swizzle_scales().unwrap();
+                let direct =
+                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, true)
+                        .unwrap();
+                assert_bit_equal(
+                    &direct.to_host().unwrap(),
+                    &reference,
+                    &format!("{context}: rowwise in-kernel"),
+                );
             }
         }
     }
