@@ -90,6 +90,7 @@ fn main() {
         out_dtype: burn::tensor::FloatDType::BF16,
         accumulate: None,
         split_accumulator: None,
+        bias: None,
     };
     // Square shapes, then the MoE example's (configs/moe-235m.json: 4096 tokens per micro-batch,
     // hidden 1024): QKV and attention-out projections, and an expert's fc1 (SwiGLU, 2048 wide)
@@ -199,6 +200,7 @@ fn main() {
             c: None,
             d: ptr[2],
             d_dtype: DataType::CUDA_R_16BF,
+            bias: None,
             fast_accum: false,
             batch: None,
             strided: None,

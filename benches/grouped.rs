@@ -200,6 +200,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                         out_dtype: FloatDType::BF16,
                         accumulate: None,
                         split_accumulator: split,
+                        bias: None,
                     };
                     let accumulation = fp8_tensor.then(|| {
                         if kind.split_accumulator(split) { "split" } else { "fast" }

@@ -155,6 +155,9 @@ pub struct LtGemm {
     pub c: Option<u64>,
     pub d: u64,
     pub d_dtype: DataType,
+    /// cuBLASLt's bias epilogue: a vector of `m` elements of D's dtype added to every column of
+    /// D (every row of the row-major output) before D is rounded and written.
+    pub bias: Option<u64>,
     /// FP8 fast accumulation (TE: fprop with per-tensor scales only; dgrad/wgrad and block
     /// scaling use the split accumulator).
     pub fast_accum: bool,
@@ -189,6 +192,7 @@ impl LtGemm {
             d_dtype: self.d_dtype,
             fast_accum: self.fast_accum,
             has_c: self.c.is_some(),
+            has_bias: self.bias.is_some(),
             batch: self.batch.map(|b| b.capacity),
             strided: self.strided,
         }
@@ -207,6 +211,7 @@ struct PlanKey {
     d_dtype: DataType,
     fast_accum: bool,
     has_c: bool,
+    has_bias: bool,
     batch: Option<u64>,
     strided: Option<LtStrided>,
 }
@@ -333,9 +338,9 @@ unsafe fn set<T>(desc: lts::cublasLtMatmulDesc_t, attr: Attr, value: &T) -> Resu
     .map_err(lt_error("set matmul attribute"))
 }
 
-/// Points the descriptor at this call's dequantization scales (the one per-call attribute of a
-/// cached `Plan`).
-unsafe fn set_scale_pointers(desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
+/// Points the descriptor at this call's dequantization scales and bias (the per-call attributes
+/// of a cached `Plan`).
+unsafe fn set_call_pointers(desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
     for (scale, pointer) in [
         (g.a.scale, Attr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER),
         (g.b.scale, Attr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER),
@@ -343,6 +348,9 @@ unsafe fn set_scale_pointers(desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Res
         if let Some((ptr, _)) = scale {
             unsafe { set(desc, pointer, &ptr)? };
         }
+    }
+    if let Some(bias) = g.bias {
+        unsafe { set(desc, Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)? };
     }
     Ok(())
 }
@@ -454,7 +462,7 @@ impl CublasLt {
     /// Runs `g` on its plan (with this call's scale pointers); a batch runs its `count` entries
     /// (see `LtBatch`).
     unsafe fn run_plan(&mut self, lane: usize, plan: &mut Plan, g: &LtGemm) -> Result<()> {
-        unsafe { set_scale_pointers(plan.desc, g)? };
+        unsafe { set_call_pointers(plan.desc, g)? };
         if let Some(batch) = &g.batch {
             unsafe { plan.run_entries(batch.count)? };
         }
@@ -573,8 +581,13 @@ impl CublasLt {
                     &(g.fast_accum as i8),
                 )?;
             }
-            // The heuristic and the timing runs read the scale pointers too.
-            set_scale_pointers(desc, g)
+            if g.bias.is_some() {
+                let epilogue = lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as u32;
+                set(desc, Attr::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
+                set(desc, Attr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &(g.d_dtype as i32))?;
+            }
+            // The heuristic and the timing runs read the scale and bias pointers too.
+            set_call_pointers(desc, g)
         }
     }
 

@@ -70,6 +70,7 @@ pub fn batched_matmul<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
             c: None,
             d: ptr[2],
             d_dtype: lt_type,
+            bias: None,
             fast_accum: false,
             batch: None,
             strided: (batch > 1).then_some(LtStrided {

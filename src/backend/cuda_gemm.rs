@@ -32,7 +32,7 @@ use burn_lowp_kernels::cubecl::server::Handle;
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
-use super::gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
+use super::gemm::{check_bias, GemmCall, GemmKind, GemmOptions, GemmPath};
 use super::gemm_profile::{self as profile, GemmPhase};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
@@ -366,11 +366,13 @@ pub(crate) struct PreparedGemm<R: CubeRuntime> {
 }
 
 /// Where a prepared GEMM writes: `d` (`[rows, cols]` of `d_dtype`, possibly a view into a larger
-/// buffer), optionally adding `c` (same shape and dtype).
+/// buffer), optionally adding `c` (same shape and dtype) and, in cuBLASLt's epilogue, `bias`
+/// (`[cols]`, contiguous, of `d_dtype`) to every row.
 pub(crate) struct GemmOutput<R: CubeRuntime> {
     pub d: Handle,
     pub d_dtype: DType,
     pub c: Option<CubeTensor<R>>,
+    pub bias: Option<CubeTensor<R>>,
 }
 
 /// Prepares `kind` on `a` and `b` along `path` (a cuBLASLt path of `plan`), writing `out`.
@@ -397,14 +399,18 @@ pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
     if let Some(c) = &out.c {
         handles.push(c.handle.clone());
     }
+    if let Some(bias) = &out.bias {
+        handles.push(bias.handle.clone());
+    }
     let (a_mode, b_mode) = (la.scale.as_ref().map(|s| s.1), lb.scale.as_ref().map(|s| s.1));
     let fast_accum = path == GemmPath::CublasLtFp8Tensor && !kind.split_accumulator(split_accumulator);
     let has_c = out.c.is_some();
+    let has_bias = out.bias.is_some();
     let (a_type, b_type, a_outer_major, b_outer_major) =
         (la.dtype, lb.dtype, la.outer_major, lb.outer_major);
     let d_type = data_type(out.d_dtype);
     let build = Box::new(move |ptr: &[u64]| {
-        // ptr order: a, b, d, [scales of A then B], [c]
+        // ptr order: a, b, d, [scales of A then B], [c], [bias]
         let mut next = 3;
         let mut scale = |mode: Option<ScaleMode>| {
             mode.map(|mode| {
@@ -438,15 +444,15 @@ pub(crate) fn prepare<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolEl
             c: has_c.then(|| ptr[next]),
             d: ptr[2],
             d_dtype: d_type,
+            bias: has_bias.then(|| ptr[next + usize::from(has_c)]),
             fast_accum,
             batch: None,
             strided: None,
             autotune,
         }
     });
-    if let Some(c) = out.c {
-        keep.push(c);
-    }
+    keep.extend(out.c);
+    keep.extend(out.bias);
     Ok(PreparedGemm {
         handles,
         keep,
@@ -520,7 +526,7 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
             .as_ref()
             .is_some_and(|(_, d)| *d != device_index)
         {
-            outputs.push((gemm(kind, a, b, options)?, FloatDType::F32, false));
+            outputs.push((gemm(kind, a, b, options)?, FloatDType::F32, false, None));
             continue;
         }
         let path = plan(sa, sb, (cols, rows, k), is_hopper(device_index));
@@ -529,6 +535,29 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
             .accumulate
             .map(|c| accumulate_input::<R, F, I, BT>(c, [rows, cols], d_dtype))
             .transpose()?;
+        // A BF16 output of a BF16 or FP8 per-tensor GEMM takes the bias in cuBLASLt's epilogue
+        // (a BF16 bias vector, as cuBLASLt asks for with a BF16 output); F32 outputs and
+        // block-scaled GEMMs (whose epilogue support cuBLASLt does not document) get it added
+        // afterwards.
+        let fusable = d_dtype == DType::BF16
+            && matches!(
+                path,
+                GemmPath::CublasLtHighPrecision
+                    | GemmPath::CublasLtFp8Tensor
+                    | GemmPath::EmulatedBf16
+            );
+        let (fused_bias, added_bias) = match options.bias {
+            Some(bias) => {
+                check_bias::<Cube<R, F, I, BT>>(&bias, cols)?;
+                if fusable {
+                    let bias = Cube::<R, F, I, BT>::float_cast(bias, FloatDType::BF16);
+                    (Some(contiguous::<R, F, I, BT>(bias, 1, cols)), None)
+                } else {
+                    (None, Some(bias))
+                }
+            }
+            None => (None, None),
+        };
         let out = client.empty(rows * cols * d_dtype.size());
         prepared.push(prepare(
             kind,
@@ -539,6 +568,7 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
                 d: out.clone(),
                 d_dtype,
                 c,
+                bias: fused_bias,
             },
             true,
             options.split_accumulator,
@@ -550,21 +580,29 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
             out,
             d_dtype,
         );
-        outputs.push((out, options.out_dtype, true));
+        outputs.push((out, options.out_dtype, true, added_bias));
         group_device.get_or_insert((client, device_index));
     }
     profile::record(GemmPhase::Prepare, called);
     if let Some((client, device_index)) = group_device {
         run_prepared(&client, device_index, prepared)?;
     }
-    // Casts are queued only now, behind the group's DONE wait on CubeCL's stream.
+    // Casts (and biases not taken by the epilogue) are queued only now, behind the group's DONE
+    // wait on CubeCL's stream.
     let outputs = outputs
         .into_iter()
-        .map(|(out, wanted, grouped)| {
-            if !grouped || out.dtype() == DType::from(wanted) {
+        .map(|(out, wanted, grouped, bias)| {
+            let out = if !grouped || out.dtype() == DType::from(wanted) {
                 out
             } else {
                 Cube::<R, F, I, BT>::float_cast(out, wanted)
+            };
+            match bias {
+                Some(bias) => crate::ops::row_broadcast::add_bias_rows::<Cube<R, F, I, BT>>(
+                    out,
+                    Cube::<R, F, I, BT>::float_cast(bias, wanted),
+                ),
+                None => out,
             }
         })
         .collect();

@@ -93,6 +93,7 @@ pub fn grouped_gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
             "grouped GEMMs accumulate into their output in wgrad only",
         ));
     }
+    super::grouped::reject_bias(&options)?;
     match grouped_gemm_path(kind, a, b) {
         GroupedGemmPath::PointerArray(inner) => pointer_array(kind, a, b, inner, shape, options),
         GroupedGemmPath::PerGroup(inner) => per_group(kind, a, b, inner, shape, options),
@@ -256,6 +257,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 c: None,
                 d: ptr[2],
                 d_dtype: d_type,
+                bias: None,
                 fast_accum,
                 batch: Some(LtBatch {
                     count: filled.unwrap_or(count) as u64,
@@ -425,7 +427,12 @@ fn per_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             &aligned_scale(group_view(a.tensor, g, ga), &spread_a, g),
             &aligned_scale(group_view(b.tensor, g, gb), &spread_b, g),
             inner,
-            GemmOutput { d, d_dtype, c },
+            GemmOutput {
+                d,
+                d_dtype,
+                c,
+                bias: None,
+            },
             false,
             options.split_accumulator,
         )?);

@@ -67,6 +67,11 @@ pub struct GemmOptions<B: LowpBackend> {
     /// (`recipe::SplitAccumulator`); `None` is TE's default for the GEMM's kind (fprop fast,
     /// dgrad and wgrad split). Block-scaled GEMMs always split; other paths accumulate in f32.
     pub split_accumulator: Option<bool>,
+    /// Added to every row of the output (`D = A·B [+ C] + bias`), `[cols]` of the output; a
+    /// linear layer's bias. On CUDA with a BF16 output it is cuBLASLt's bias epilogue (added in
+    /// f32 before the one rounding to BF16, so the output is not written and read again);
+    /// elsewhere, and for F32 outputs, an add after the GEMM.
+    pub bias: Option<FloatTensor<B>>,
 }
 
 impl<B: LowpBackend> Default for GemmOptions<B> {
@@ -75,8 +80,22 @@ impl<B: LowpBackend> Default for GemmOptions<B> {
             out_dtype: FloatDType::F32,
             accumulate: None,
             split_accumulator: None,
+            bias: None,
         }
     }
+}
+
+/// Checks a GEMM bias's shape against the output's columns.
+pub(crate) fn check_bias<B: LowpBackend>(bias: &FloatTensor<B>, cols: usize) -> Result<()> {
+    let shape = burn::tensor::TensorMetadata::shape(bias);
+    if shape.as_slice() != [cols] {
+        return Err(LowpError::shape(
+            "GEMM bias",
+            format!("{:?}", shape.as_slice()),
+            format!("the GEMM output has {cols} columns"),
+        ));
+    }
+    Ok(())
 }
 
 /// One GEMM of a group that runs together (`LowpBackend::lowp_gemm_group`).
@@ -122,7 +141,7 @@ fn operand<B: LowpBackend>(
 }
 
 /// `kind` on `a` and `b` by dequantizing to `compute` dtype and multiplying with the backend's
-/// matmul, then casting to `options.out_dtype` and adding `options.accumulate`.
+/// matmul, then casting to `options.out_dtype` and adding `options.accumulate` and `options.bias`.
 pub fn dequantize_matmul<B: LowpBackend>(
     kind: GemmKind,
     a: &QuantizedTensor<B>,
@@ -149,6 +168,10 @@ pub fn dequantize_matmul<B: LowpBackend>(
             ));
         }
         out = B::float_add(out, B::float_cast(c, options.out_dtype));
+    }
+    if let Some(bias) = options.bias {
+        check_bias::<B>(&bias, out_shape[1])?;
+        out = crate::ops::row_broadcast::add_bias_rows::<B>(out, B::float_cast(bias, options.out_dtype));
     }
     Ok(out)
 }

@@ -343,6 +343,19 @@ fn float<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
 /// The grouped GEMM as one GEMM per group (`B::lowp_gemm`) on the host-known groups, each on the
 /// group's tokens only (dequantized, so each runs as `lowp_gemm` of those values would), with
 /// zero rows for padding and tail. The path on NdArray and wgpu; it reads the splits on the host.
+/// Grouped GEMMs take no `GemmOptions::bias`: an expert's bias is per group
+/// (`LowpLinear::lowp_add_group_bias`).
+pub(crate) fn reject_bias<B: LowpBackend>(options: &GemmOptions<B>) -> Result<()> {
+    if options.bias.is_some() {
+        return Err(LowpError::invalid(
+            "GEMM bias",
+            "given to a grouped GEMM",
+            "a grouped GEMM's biases are per group (add them with lowp_add_group_bias)",
+        ));
+    }
+    Ok(())
+}
+
 pub fn grouped_gemm_per_group<B: LowpBackend>(
     kind: GemmKind,
     a: GroupedOperand<B>,
@@ -357,6 +370,7 @@ pub fn grouped_gemm_per_group<B: LowpBackend>(
             "grouped GEMMs accumulate into their output in wgrad only",
         ));
     }
+    reject_bias(&options)?;
     let groups_a = a.groups.host.get()?;
     groups_a.status.check("m_splits", a.groups.rows)?;
     let groups_b = b.groups.host.get()?;
@@ -411,6 +425,7 @@ pub fn grouped_gemm_per_group<B: LowpBackend>(
                     out_dtype,
                     accumulate: acc.map(|c| c.into_primitive().tensor()),
                     split_accumulator: options.split_accumulator,
+                    bias: None,
                 },
             )?);
         }

@@ -356,6 +356,8 @@ impl LowpBackend for NdArray {
                 out_dtype: FloatDType::F32,
                 accumulate: options.accumulate,
                 split_accumulator: options.split_accumulator,
+                // Added in f32, before the one rounding below (as cuBLASLt's epilogue does).
+                bias: options.bias,
             },
         )?;
         let dtype = match wanted {

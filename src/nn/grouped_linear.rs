@@ -366,7 +366,7 @@ impl<B: LowpLinear> GroupedLinear<B> {
             let wg = self.weight.val().slice([g..g + 1, 0..out, 0..inp]).reshape([out, inp]);
             let view = debug.expert(format!("{}.gemm_{g}", self.name()), group.used);
             let op = self.lowp.linear_op_debug(g, None, Some(view));
-            let (yg, _) = B::lowp_linear(xg.into_primitive().tensor(), wg.into_primitive().tensor(), op)?;
+            let (yg, _) = B::lowp_linear(xg.into_primitive().tensor(), wg.into_primitive().tensor(), None, op)?;
             let mut yg = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(yg));
             if let Some(bias) = &self.bias {
                 // Biases on token rows only: padding rows stay zero.

@@ -96,16 +96,14 @@ pub(crate) fn linear_forward<B: LowpLinear, const D: usize>(
     let rows: usize = dims[..D - 1].iter().product();
     let x = x.reshape([rows, in_features]);
     let op = lowp.linear_op(0, is_first_microbatch)?;
+    // The bias goes into the fprop GEMM (cuBLASLt's epilogue on CUDA).
     let (y, quantized_weight) = B::lowp_linear(
         x.into_primitive().tensor(),
         weight.val().into_primitive().tensor(),
+        bias.map(|b| b.val().into_primitive().tensor()),
         op,
     )?;
     lowp.keep_weight(quantized_weight, is_first_microbatch);
-    let y = match bias {
-        Some(bias) => B::lowp_add_bias(y, bias.val().into_primitive().tensor()),
-        None => y,
-    };
     let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
     let mut out = dims;
     out[D - 1] = out_features;

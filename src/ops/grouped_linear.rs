@@ -258,6 +258,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
             out_dtype,
             accumulate: None,
             split_accumulator: Some(op.split_accumulator.fprop),
+            bias: None,
         },
     )?;
     if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
@@ -293,6 +294,7 @@ pub fn run_wgrad<Q: LowpBackend>(
             },
             accumulate,
             split_accumulator: Some(pending.split_accumulator),
+            bias: None,
         },
     )
 }
@@ -374,6 +376,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                     out_dtype,
                     accumulate: None,
                     split_accumulator: Some(saved.split_accumulator.dgrad),
+                    bias: None,
                 },
             );
             let dx = dx.unwrap_or_else(|e| {

@@ -29,7 +29,7 @@ use super::linear::{
     columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
 };
-use super::row_broadcast::{add_bias_rows, column_sum};
+use super::row_broadcast::column_sum;
 use crate::recipe::SplitAccumulator;
 use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
@@ -70,6 +70,7 @@ impl<Q: LowpBackend> PendingMlpWgrad<Q> {
                 out_dtype: self.out_dtype,
                 accumulate: None,
                 split_accumulator: Some(self.split_accumulator),
+                bias: None,
             },
         )
     }
@@ -199,10 +200,12 @@ fn forward<Q: LowpBackend>(
     }
     let out_dtype = gemm_dtype(inputs.x.dtype());
     let param_dtype = float_dtype(inputs.w1.dtype());
-    let options = |linear: &LinearOp<Q>| GemmOptions {
+    // Each fprop adds its bias in the GEMM (cuBLASLt's epilogue on CUDA).
+    let options = |linear: &LinearOp<Q>, bias: Option<FloatTensor<Q>>| GemmOptions {
         out_dtype,
         accumulate: None,
         split_accumulator: Some(linear.split_accumulator.fprop),
+        bias: bias.map(|b| Q::float_cast(b, out_dtype)),
     };
     let has_beta = inputs.beta.is_some();
     let norm_dtype = inputs
@@ -252,16 +255,13 @@ fn forward<Q: LowpBackend>(
         },
     )?;
     let q_w1 = quantize_weight(&op.fc1.weight, inputs.w1, needs.below_fc1)?;
-    let mut h = fprop(
+    let h = fprop(
         op.fc1.debug.as_ref(),
         ln_original.as_ref().zip(w1_original.as_ref()),
         &q_ln,
         &q_w1,
-        options(&op.fc1),
+        options(&op.fc1, inputs.b1),
     )?;
-    if let Some(b1) = inputs.b1 {
-        h = add_bias_rows::<Q>(h, Q::float_cast(b1, out_dtype));
-    }
 
     // Activation (+ the amax of fc2's input) and fc2.
     let act = Q::lowp_activation_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
@@ -276,16 +276,13 @@ fn forward<Q: LowpBackend>(
         },
     )?;
     let q_w2 = quantize_weight(&op.fc2.weight, inputs.w2, needs.below_fc2)?;
-    let mut out = fprop(
+    let out = fprop(
         op.fc2.debug.as_ref(),
         a_original.as_ref().zip(w2_original.as_ref()),
         &q_a,
         &q_w2,
-        options(&op.fc2),
+        options(&op.fc2, inputs.b2),
     )?;
-    if let Some(b2) = inputs.b2 {
-        out = add_bias_rows::<Q>(out, Q::float_cast(b2, out_dtype));
-    }
 
     let saved = MlpSaved {
         norm,

@@ -2,7 +2,8 @@
 //! differentiable op. Forward quantizes X (rowwise, plus columnwise when W needs a gradient) and W
 //! (rowwise, plus columnwise when X needs one), runs the fprop GEMM, and saves only the quantized
 //! columnwise copies. Backward quantizes dY once (rowwise for dgrad, columnwise for wgrad) and runs
-//! `dX = dY · W` and `dW = dYᵀ · X` quantized. Bias and everything else stay ordinary Burn ops.
+//! `dX = dY · W` and `dW = dYᵀ · X` quantized. An optional bias is added by the fprop GEMM
+//! (cuBLASLt's epilogue on CUDA, `GemmOptions::bias`) and its gradient is dY's column sums.
 
 use std::fmt;
 use std::sync::Arc;
@@ -150,10 +151,12 @@ pub trait LowpLinear: Backend {
     fn to_quant(t: FloatTensor<Self>) -> FloatTensor<Self::Quant>;
     fn from_quant(t: FloatTensor<Self::Quant>) -> FloatTensor<Self>;
 
-    /// `Y = X · Wᵀ` for `x [M, K]`, `w [N, K]`; returns Y and the quantized weight (for caching).
+    /// `Y = X · Wᵀ [+ bias]` for `x [M, K]`, `w [N, K]`, `bias [N]`; returns Y and the quantized
+    /// weight (for caching).
     fn lowp_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         op: LinearOp<Self::Quant>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
 
@@ -351,11 +354,12 @@ pub(crate) fn quantize_weight<Q: LowpBackend>(
     }
 }
 
-/// Quantizes both operands and runs fprop; `need_dgrad` / `need_wgrad` add the columnwise copies
-/// the backward GEMMs read.
+/// Quantizes both operands and runs fprop (adding `bias` in the GEMM); `need_dgrad` /
+/// `need_wgrad` add the columnwise copies the backward GEMMs read.
 fn forward<Q: LowpBackend>(
     x: FloatTensor<Q>,
     w: FloatTensor<Q>,
+    bias: Option<FloatTensor<Q>>,
     op: &LinearOp<Q>,
     need_dgrad: bool,
     need_wgrad: bool,
@@ -369,6 +373,15 @@ fn forward<Q: LowpBackend>(
             format!("x {xs:?}, w {ws:?}"),
             "x is [M, K] and w is [N, K]",
         ));
+    }
+    if let Some(bias) = &bias {
+        if dims(bias) != [ws[0]] {
+            return Err(LowpError::shape(
+                "linear bias",
+                format!("{:?}", dims(bias)),
+                format!("must be [out_features] = [{}]", ws[0]),
+            ));
+        }
     }
     if need_dgrad || need_wgrad {
         // dY [M, N] must suit its quantizer too; say so now rather than fail inside backward.
@@ -390,6 +403,7 @@ fn forward<Q: LowpBackend>(
         out_dtype,
         accumulate: None,
         split_accumulator: Some(op.split_accumulator.fprop),
+        bias: bias.map(|b| Q::float_cast(b, out_dtype)),
     };
     let y = fprop(
         op.debug.as_ref(),
@@ -409,8 +423,8 @@ macro_rules! forward_only_linear {
             fn from_quant(t: FloatTensor<Self>) -> FloatTensor<Self> { t }
             fn int_to_quant(t: IntTensor<Self>) -> IntTensor<Self> { t }
             fn int_from_quant(t: IntTensor<Self>) -> IntTensor<Self> { t }
-            fn lowp_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, op: LinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
-                let (y, _, qw) = forward(x, w, &op, false, false)?;
+            fn lowp_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, op: LinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
+                let (y, _, qw) = forward(x, w, bias, &op, false, false)?;
                 Ok((y, qw))
             }
             fn lowp_grouped_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
@@ -475,6 +489,8 @@ struct LinearSaved<Q: LowpBackend> {
     grad_output: OperandQuantizer<Q>,
     debug: Option<DebugSaved<Q>>,
     split_accumulator: SplitAccumulator,
+    /// The bias's dtype, when it needs a gradient.
+    bias_dtype: Option<FloatDType>,
 }
 
 /// A debug view and the originals it may need in backward.
@@ -544,17 +560,21 @@ pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
 #[derive(Debug)]
 struct LinearBackward;
 
-impl<Q: LowpBackend> Backward<Q, 2> for LinearBackward {
+impl<Q: LowpBackend> Backward<Q, 3> for LinearBackward {
     type State = LinearSaved<Q>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 2>,
+        ops: Ops<Self::State, 3>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let [node_x, node_w] = ops.parents;
+        let [node_x, node_w, node_bias] = ops.parents;
         let dy = grads.consume::<Q>(&ops.node);
+        if let (Some(node), Some(dtype)) = (node_bias, ops.state.bias_dtype) {
+            let dbias = super::row_broadcast::column_sum::<Q>(dy.clone());
+            grads.register::<Q>(node.id, Q::float_cast(dbias, dtype));
+        }
         let out_dtype = gemm_dtype(dy.dtype());
         let saved = ops.state;
         let usage = Usage {
@@ -612,6 +632,7 @@ pub(crate) fn dgrad_and_wgrad<'a, Q: LowpBackend>(
             out_dtype,
             accumulate: None,
             split_accumulator: Some(split.of(kind)),
+            bias: None,
         },
     };
     let calls: Vec<GemmCall<'a, Q>> = [
@@ -755,9 +776,25 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
     fn lowp_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         op: LinearOp<B>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
         let (need_dgrad, need_wgrad) = (x.is_tracked(), w.is_tracked());
+        let bias_dtype = bias
+            .as_ref()
+            .filter(|b| b.is_tracked())
+            .map(|b| crate::backend::float_dtype(b.primitive.dtype()));
+        // No bias: an untracked placeholder takes its place among the op's parents.
+        let bias_node = match &bias {
+            Some(b) => b.node.clone(),
+            None => <Self as AutodiffBackend>::from_inner(B::float_zeros(
+                Shape::new([1]),
+                &B::float_device(&x.primitive),
+                FloatDType::F32,
+            ))
+            .node
+            .clone(),
+        };
         let debug = op.debug.clone().map(|debug| {
             let keep = debug.keeps_originals();
             DebugSaved {
@@ -769,12 +806,13 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         let (y, qx, qw) = forward(
             x.primitive.clone(),
             w.primitive.clone(),
+            bias.map(|b| b.primitive),
             &op,
             need_dgrad,
             need_wgrad,
         )?;
         let out = match LinearBackward
-            .prepare::<C>([x.node.clone(), w.node.clone()])
+            .prepare::<C>([x.node.clone(), w.node.clone(), bias_node])
             .compute_bound()
             .stateful()
         {
@@ -793,6 +831,7 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
                     grad_output: op.grad_output,
                     debug,
                     split_accumulator: op.split_accumulator,
+                    bias_dtype,
                 };
                 prep.finish(saved, y)
             }

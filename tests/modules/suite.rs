@@ -5,7 +5,7 @@ use burn::backend::Autodiff;
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor, TensorPrimitive};
+use burn::tensor::{Distribution, ElementConversion, FloatDType, Shape, Tensor, TensorPrimitive};
 use burn_lowp::backend::{GemmCall, GemmKind, GemmOptions, GemmPath, LowpBackend};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{Fp8Format, HostMatrix, InputDtype, Usage};
@@ -303,6 +303,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     out_dtype: FloatDType::BF16,
                     accumulate: Some(B::float_from_host(&c, device)),
                     split_accumulator: None,
+                    bias: None,
                 },
             ) {
                 Ok(t) => crate::common::read_f32::<B>(t),
@@ -327,6 +328,45 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     exact[i] + c.values[i] as f64
                 ));
             }
+
+            // BF16 output with a bias added to every row: on CUDA cuBLASLt's epilogue for the
+            // BF16, FP8 per-tensor and emulated paths (the sum rounded once), an add after the
+            // GEMM for FP8 block scaling and elsewhere (rounded twice: 2^-8 of each, the product
+            // and the sum, on top of the GEMM's own bound).
+            let bias = matrix(1, cols, 7 + ki as u64);
+            let bias_tensor = B::float_reshape(B::float_from_host(&bias, device), Shape::new([cols]));
+            let biased = match B::lowp_gemm(
+                kind,
+                a,
+                b,
+                GemmOptions {
+                    out_dtype: FloatDType::BF16,
+                    accumulate: None,
+                    split_accumulator: None,
+                    bias: Some(bias_tensor),
+                },
+            ) {
+                Ok(t) => crate::common::read_f32::<B>(t),
+                Err(e) => {
+                    failures.push(format!("{name} {kind:?} bf16 + bias: {e}"));
+                    continue;
+                }
+            };
+            let bad = (0..biased.len())
+                .filter(|&i| {
+                    let want = exact[i] + bias.values[i % cols] as f64;
+                    let slack = relative * abs[i] + 2f64.powi(-8) * (exact[i].abs() + want.abs()) + 1e-30;
+                    (biased[i] as f64 - want).abs() > slack
+                })
+                .collect::<Vec<_>>();
+            if let Some(&i) = bad.first() {
+                failures.push(format!(
+                    "{name} {kind:?} bf16 + bias: {} elements off, e.g. [{i}] {} vs {}",
+                    bad.len(),
+                    biased[i],
+                    exact[i] + bias.values[i % cols] as f64
+                ));
+            }
         }
         // A backward's dgrad and wgrad as one group (on CUDA: one handshake, two streams, the
         // BF16 output's cast queued after the group) equal the same GEMMs called one by one.
@@ -345,6 +385,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     out_dtype: FloatDType::BF16,
                     accumulate: None,
                     split_accumulator: None,
+                    bias: None,
                 },
             },
         ]);
@@ -358,6 +399,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     out_dtype: FloatDType::BF16,
                     accumulate: None,
                     split_accumulator: None,
+                    bias: None,
                 },
             ),
         ];
@@ -524,18 +566,27 @@ pub fn check_gradients<B: LowpBackend>(device: &B::Device, exactness: Exactness)
         .map(|name| (*name, recipe(name)))
         .chain([("current_scaling, fast accumulation", Recipe::from_json(fast).unwrap())]);
     for (name, r) in recipes {
-        let linear: Linear<AD<B>> = LinearConfig::new(256, 128)
+        let mut linear: Linear<AD<B>> = LinearConfig::new(256, 128)
             .with_name("layers.3.proj".into())
             .init(&r, device)
             .unwrap();
+        // A bias that is not zero, so that the fprop GEMM's bias and its gradient show.
+        linear.bias = Some(burn::module::Param::from_tensor(Tensor::random(
+            [128],
+            Distribution::Normal(0.0, 1.0),
+            device,
+        )));
         let x = Tensor::<AD<B>, 2>::random([128, 256], Distribution::Normal(0.0, 1.0), device)
             .require_grad();
         let dy = Tensor::<AD<B>, 2>::random([128, 128], Distribution::Normal(0.0, 1.0), device);
-        let grads = (linear.forward(x.clone()).unwrap() * dy.clone())
-            .sum()
-            .backward();
+        let y = linear.forward(x.clone()).unwrap();
+        let y_values = values(y.clone().inner());
+        let grads = (y * dy.clone()).sum().backward();
         let w = linear.weight.val().inner();
+        let bias = linear.bias.as_ref().unwrap();
         let (xi, dyi) = (x.clone().inner(), dy.inner());
+        let y_ref = values(xi.clone().matmul(w.clone().transpose()) + bias.val().inner().unsqueeze::<2>());
+        let db_ref = values(dyi.clone().sum_dim(0).reshape([128]));
         let dx_ref = values(dyi.clone().matmul(w.clone()));
         let dw_ref = values(dyi.transpose().matmul(xi));
         let bound = if name.contains("nvfp4") {
@@ -550,9 +601,12 @@ pub fn check_gradients<B: LowpBackend>(device: &B::Device, exactness: Exactness)
         };
         let rdx = relative_error(&values(x.grad(&grads).unwrap()), &dx_ref);
         let rdw = relative_error(&values(linear.weight.grad(&grads).unwrap()), &dw_ref);
-        println!("{name}: dX {rdx:.2e}, dW {rdw:.2e}");
-        if !(rdx <= bound && rdw <= bound) {
-            failures.push(format!("{name}: dX {rdx}, dW {rdw} (bound {bound})"));
+        let ry = relative_error(&y_values, &y_ref);
+        // dbias is dY's column sums in f32 whatever the recipe (dY's quantization does not enter).
+        let rdb = relative_error(&values(bias.grad(&grads).unwrap()), &db_ref);
+        println!("{name}: Y {ry:.2e}, dX {rdx:.2e}, dW {rdw:.2e}, dbias {rdb:.2e}");
+        if !(ry <= bound && rdx <= bound && rdw <= bound && rdb <= 1e-5) {
+            failures.push(format!("{name}: Y {ry}, dX {rdx}, dW {rdw}, dbias {rdb} (bound {bound}, dbias 1e-5)"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
