@@ -14,8 +14,9 @@
 //! * `gemm_raw`: the same BF16 GEMMs enqueued straight on our cuBLASLt stream, no CubeCL ordering
 //!   at all, and small shapes where a per-GEMM overhead shows: the interop cost is the difference.
 //! * `linear_step`: `Linear` (8192 -> 8192, bias, BF16 parameters and activations) forward +
-//!   backward on 8192 tokens under the bf16, current_scaling, delayed_scaling and block_scaling
-//!   recipes, weight quantized every step (no micro-batch cache), quantization included.
+//!   backward on 8192 tokens under the bf16, current_scaling (and its fast-accumulation
+//!   variant), delayed_scaling and block_scaling recipes, weight quantized every step (no
+//!   micro-batch cache), quantization included.
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
 //! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
@@ -244,6 +245,7 @@ fn main() {
     for name in [
         "bf16",
         "current_scaling",
+        "current_scaling_fast_accumulation",
         "delayed_scaling",
         "block_scaling",
     ] {
