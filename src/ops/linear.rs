@@ -557,19 +557,23 @@ pub(crate) fn debugged_dgrad_and_wgrad<Q: LowpBackend>(
     (dx, dw)
 }
 
+/// The op's backward; its parents are X, W and, with `N = 3`, the bias (no placeholder tensor
+/// for a layer without one).
 #[derive(Debug)]
-struct LinearBackward;
+struct LinearBackward<const N: usize>;
 
-impl<Q: LowpBackend> Backward<Q, 3> for LinearBackward {
+impl<Q: LowpBackend, const N: usize> Backward<Q, N> for LinearBackward<N> {
     type State = LinearSaved<Q>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 3>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let [node_x, node_w, node_bias] = ops.parents;
+        let node_x = ops.parents[0].clone();
+        let node_w = ops.parents[1].clone();
+        let node_bias = ops.parents.get(2).cloned().flatten();
         let dy = grads.consume::<Q>(&ops.node);
         if let (Some(node), Some(dtype)) = (node_bias, ops.state.bias_dtype) {
             let dbias = super::row_broadcast::column_sum::<Q>(dy.clone());
@@ -784,17 +788,6 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
             .as_ref()
             .filter(|b| b.is_tracked())
             .map(|b| crate::backend::float_dtype(b.primitive.dtype()));
-        // No bias: an untracked placeholder takes its place among the op's parents.
-        let bias_node = match &bias {
-            Some(b) => b.node.clone(),
-            None => <Self as AutodiffBackend>::from_inner(B::float_zeros(
-                Shape::new([1]),
-                &B::float_device(&x.primitive),
-                FloatDType::F32,
-            ))
-            .node
-            .clone(),
-        };
         let debug = op.debug.clone().map(|debug| {
             let keep = debug.keeps_originals();
             DebugSaved {
@@ -806,37 +799,44 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         let (y, qx, qw) = forward(
             x.primitive.clone(),
             w.primitive.clone(),
-            bias.map(|b| b.primitive),
+            bias.as_ref().map(|b| b.primitive.clone()),
             &op,
             need_dgrad,
             need_wgrad,
         )?;
-        let out = match LinearBackward
-            .prepare::<C>([x.node.clone(), w.node.clone(), bias_node])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let saved = LinearSaved {
-                    x_columnwise: if need_wgrad {
-                        Some(columnwise_only(qx)?)
-                    } else {
-                        None
-                    },
-                    w_columnwise: if need_dgrad {
-                        Some(columnwise_only(qw.clone())?)
-                    } else {
-                        None
-                    },
-                    grad_output: op.grad_output,
-                    debug,
-                    split_accumulator: op.split_accumulator,
-                    bias_dtype,
-                };
-                prep.finish(saved, y)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(y),
+        // Built only if the op is tracked.
+        let saved = || -> Result<LinearSaved<B>> {
+            Ok(LinearSaved {
+                x_columnwise: need_wgrad.then(|| columnwise_only(qx)).transpose()?,
+                w_columnwise: need_dgrad.then(|| columnwise_only(qw.clone())).transpose()?,
+                grad_output: op.grad_output,
+                debug,
+                split_accumulator: op.split_accumulator,
+                bias_dtype,
+            })
+        };
+        let out = match &bias {
+            Some(bias) => register_linear::<B, C, 3>([&x, &w, bias], saved, y)?,
+            None => register_linear::<B, C, 2>([&x, &w], saved, y)?,
         };
         Ok((out, qw))
     }
+}
+
+/// Registers the linear op in the autodiff graph with `parents` (X, W and the bias if any).
+fn register_linear<B: LowpBackend, C: CheckpointStrategy, const N: usize>(
+    parents: [&FloatTensor<Autodiff<B, C>>; N],
+    saved: impl FnOnce() -> Result<LinearSaved<B>>,
+    y: FloatTensor<B>,
+) -> Result<FloatTensor<Autodiff<B, C>>> {
+    Ok(
+        match LinearBackward::<N>
+            .prepare::<C>(parents.map(|t| t.node.clone()))
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(saved()?, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+    )
 }
