@@ -35,6 +35,12 @@ pub struct Mxfp8Config {
     pub encoder: Fp8Encoder,
 }
 
+/// Columns of the rowwise scale matrix: one E8M0 byte per 32 columns, padded to a multiple of 4.
+#[cube]
+fn padded_row_scale_cols(cols: usize) -> usize {
+    (cols / 32 + 3) / 4 * 4
+}
+
 #[cube]
 fn pack4(codes: &Array<u32>, base: usize) -> u32 {
     codes[base]
@@ -68,7 +74,7 @@ pub fn mxfp8_kernel<N: Size>(
     let col0 = tile_col0 + strip * 8;
     let active = col0 < cols;
     let reciprocal_max = f32::new(comptime![f32::from_bits(config.reciprocal_max_bits)]);
-    let row_scale_cols = (cols / 32 + 3) / 4 * 4;
+    let row_scale_cols = padded_row_scale_cols(cols);
     let col_scale_cols = (cols + 127) / 128 * 128;
     let col_scale_rows = (rows / 32 + 3) / 4 * 4;
 
@@ -274,19 +280,20 @@ pub fn mxfp8_rowwise_kernel<N: Size>(
         }
         let reciprocal_max = f32::new(comptime![f32::from_bits(config.reciprocal_max_bits)]);
         let e = float_to_e8m0(f32::reinterpret(amax) * reciprocal_max);
-        let row_scale_cols = (cols / 32 + 3) / 4 * 4;
-        scales[scale_index(row, kb, row_scale_cols, (flags & SWIZZLED) != 0u32)] = u8::cast_from(e);
+        scales[scale_index(row, kb, padded_row_scale_cols(cols), (flags & SWIZZLED) != 0u32)] =
+            u8::cast_from(e);
         let multiplier = e8m0_reciprocal(e);
+        let mut block_codes = Array::<u32>::new(32usize);
+        #[unroll]
+        for i in 0..32usize {
+            block_codes[i] = encode_fp8_by(values[i] * multiplier, config.fp8, config.encoder);
+        }
         #[unroll]
         for half in 0..2usize {
             let mut packed = Vector::<u32, N>::empty();
             #[unroll]
             for w in 0..4usize {
-                let base = half * 16 + w * 4;
-                packed[w] = encode_fp8_by(values[base] * multiplier, config.fp8, config.encoder)
-                    | (encode_fp8_by(values[base + 1] * multiplier, config.fp8, config.encoder) << 8u32)
-                    | (encode_fp8_by(values[base + 2] * multiplier, config.fp8, config.encoder) << 16u32)
-                    | (encode_fp8_by(values[base + 3] * multiplier, config.fp8, config.encoder) << 24u32);
+                packed[w] = pack4(&block_codes, half * 16 + w * 4);
             }
             codes[start / 16 + half] = packed;
         }
