@@ -35,7 +35,7 @@ use super::cuda_gemm::{
 };
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
-use crate::error::{LowpError, Result};
+use crate::error::Result;
 use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
 use crate::quant::{Storage, StorageScales};
@@ -86,14 +86,7 @@ pub fn grouped_gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     options: GemmOptions<Cube<R, F, I, BT>>,
 ) -> Result<CubeTensor<R>> {
     let shape = grouped_output_shape(kind, &a, &b)?;
-    if options.accumulate.is_some() && kind != GemmKind::Wgrad {
-        return Err(LowpError::invalid(
-            "accumulate",
-            format!("{kind:?}"),
-            "grouped GEMMs accumulate into their output in wgrad only",
-        ));
-    }
-    super::grouped::reject_bias(&options)?;
+    super::grouped::check_grouped_options(kind, &options)?;
     match grouped_gemm_path(kind, a, b) {
         GroupedGemmPath::PointerArray(inner) => pointer_array(kind, a, b, inner, shape, options),
         GroupedGemmPath::PerGroup(inner) => per_group(kind, a, b, inner, shape, options),

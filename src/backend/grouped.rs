@@ -340,12 +340,19 @@ fn float<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// The grouped GEMM as one GEMM per group (`B::lowp_gemm`) on the host-known groups, each on the
-/// group's tokens only (dequantized, so each runs as `lowp_gemm` of those values would), with
-/// zero rows for padding and tail. The path on NdArray and wgpu; it reads the splits on the host.
-/// Grouped GEMMs take no `GemmOptions::bias`: an expert's bias is per group
-/// (`LowpLinear::lowp_add_group_bias`).
-pub(crate) fn reject_bias<B: LowpBackend>(options: &GemmOptions<B>) -> Result<()> {
+/// What every grouped GEMM path requires of its options: accumulation into the output in wgrad
+/// only, and no `GemmOptions::bias` (an expert's bias is per group: `lowp_add_group_bias`).
+pub(crate) fn check_grouped_options<B: LowpBackend>(
+    kind: GemmKind,
+    options: &GemmOptions<B>,
+) -> Result<()> {
+    if options.accumulate.is_some() && kind != GemmKind::Wgrad {
+        return Err(LowpError::invalid(
+            "accumulate",
+            format!("{kind:?}"),
+            "grouped GEMMs accumulate into their output in wgrad only",
+        ));
+    }
     if options.bias.is_some() {
         return Err(LowpError::invalid(
             "GEMM bias",
@@ -356,6 +363,9 @@ pub(crate) fn reject_bias<B: LowpBackend>(options: &GemmOptions<B>) -> Result<()
     Ok(())
 }
 
+/// The grouped GEMM as one GEMM per group (`B::lowp_gemm`) on the host-known groups, each on the
+/// group's tokens only (dequantized, so each runs as `lowp_gemm` of those values would), with
+/// zero rows for padding and tail. The path on NdArray and wgpu; it reads the splits on the host.
 pub fn grouped_gemm_per_group<B: LowpBackend>(
     kind: GemmKind,
     a: GroupedOperand<B>,
@@ -363,14 +373,7 @@ pub fn grouped_gemm_per_group<B: LowpBackend>(
     options: GemmOptions<B>,
 ) -> Result<FloatTensor<B>> {
     let shape = grouped_output_shape(kind, &a, &b)?;
-    if options.accumulate.is_some() && kind != GemmKind::Wgrad {
-        return Err(LowpError::invalid(
-            "accumulate",
-            format!("{kind:?}"),
-            "grouped GEMMs accumulate into their output in wgrad only",
-        ));
-    }
-    reject_bias(&options)?;
+    check_grouped_options(kind, &options)?;
     let groups_a = a.groups.host.get()?;
     groups_a.status.check("m_splits", a.groups.rows)?;
     let groups_b = b.groups.host.get()?;
