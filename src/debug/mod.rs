@@ -10,6 +10,7 @@ pub mod layer;
 mod read_batch;
 pub mod session;
 pub mod stats;
+mod stats_logger;
 pub mod summary;
 
 pub use config::{DebugConfig, GemmName, TensorKind};

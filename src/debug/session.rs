@@ -5,8 +5,10 @@
 //! is computed: one thread-local read per op.
 //!
 //! Statistics are computed on the device and copied to the host asynchronously
-//! (`LowpBackend::bytes_to_host_later`); `step()` logs those of earlier iterations (one step
-//! late, so the copies have landed and logging never stalls the GPU) and `finish()` the rest.
+//! (`LowpBackend::bytes_to_host_later`); `step()` hands those of earlier iterations (one step
+//! late, so the copies have landed and logging never stalls the GPU) to a logger thread
+//! (`stats_logger`), which reduces and writes them off the training thread, and `finish()` the
+//! rest, waiting until they are written.
 //! AutoswitchGemm's same-iteration decisions read their metrics when the GEMM is about to run:
 //! one blocking read per monitored GEMM and sampling iteration, counted in `host_syncs()`
 //! (`debug_metric_reads`); `timing: next_sample` uses the previous sample's metrics instead and
@@ -32,6 +34,7 @@ use super::config::{
     TensorKind,
 };
 use super::stats::TensorStats;
+use super::stats_logger::StatsLogger;
 use crate::error::{LowpError, Result};
 use crate::recipe::ModuleKind;
 
@@ -72,15 +75,6 @@ pub(crate) struct PendingStats {
 struct PendingMetric {
     tensor: TensorKind,
     read: LaterRead,
-}
-
-#[derive(Serialize)]
-struct StatRecord<'a> {
-    iteration: u64,
-    layer: &'a str,
-    tensor: &'a str,
-    stat: &'a str,
-    value: f64,
 }
 
 /// One line of the AutoswitchGemm log.
@@ -132,7 +126,10 @@ struct State {
     switches: HashMap<(String, GemmName), SwitchSlot>,
     tallies: BTreeMap<(String, GemmName), SwitchTally>,
     global_until: Option<u64>,
-    stats_log: BufWriter<File>,
+    /// Writes `debug_stats-rank<r>.jsonl` on a thread of its own.
+    stats_logger: StatsLogger,
+    /// Whether this iteration computed statistics or AutoswitchGemm metrics (a sampling step).
+    observed: bool,
     switch_log: BufWriter<File>,
 }
 
@@ -189,7 +186,8 @@ impl DebugSession {
                 switches: HashMap::new(),
                 tallies: BTreeMap::new(),
                 global_until: None,
-                stats_log,
+                stats_logger: StatsLogger::new(stats_log),
+                observed: false,
                 switch_log,
             }),
         }))
@@ -233,6 +231,7 @@ impl DebugSession {
         let mut state = self.lock();
         let done = state.iteration;
         state.iteration += 1;
+        state.observed = false;
         Self::flush_stats(&mut state, Some(done))?;
         // Metrics a next-sample decision will never use (older than the last sample) go.
         for slot in state.switches.values_mut() {
@@ -248,7 +247,13 @@ impl DebugSession {
     pub fn finish(&self) -> Result<()> {
         let mut state = self.lock();
         Self::flush_stats(&mut state, None)?;
-        Ok(())
+        state.stats_logger.wait()
+    }
+
+    /// Whether the current iteration has computed statistics or AutoswitchGemm metrics so far
+    /// (asked before `step()`: whether this was a sampling step).
+    pub fn observed_this_iteration(&self) -> bool {
+        self.lock().observed
     }
 
     /// Per (layer, GEMM): samples, switches and the worst metrics so far.
@@ -256,90 +261,14 @@ impl DebugSession {
         self.lock().tallies.clone()
     }
 
-    /// Logs the pending statistics of iterations before `before` (all with `None`), micro-batches
-    /// of one (iteration, layer, tensor, statistic) accumulated.
+    /// Hands the pending statistics of iterations before `before` (all with `None`) to the
+    /// logger thread, and flushes the AutoswitchGemm log.
     fn flush_stats(state: &mut State, before: Option<u64>) -> Result<()> {
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
             .into_iter()
             .partition(|p| before.is_none_or(|b| p.iteration < b));
         state.pending = waiting;
-        // (iteration, layer, tensor, name) -> (accumulated stats, how to turn them into values)
-        let mut merged: BTreeMap<(u64, String, TensorKind, String), (TensorStats, Vec<f64>)> =
-            BTreeMap::new();
-        let mut order: Vec<(u64, String, TensorKind, String, StatKind)> = Vec::new();
-        for p in ready {
-            let buffers = (p.read)()?;
-            let stats = TensorStats::from_partial_bytes(&buffers[0]);
-            if stats.numel == 0 {
-                // An expert that got no tokens this micro-batch: nothing to report.
-                continue;
-            }
-            let mut push = |name: String, kind: StatKind, scale_values: Vec<f64>| {
-                let key = (p.iteration, p.layer.clone(), p.tensor, name.clone());
-                match merged.get_mut(&key) {
-                    Some((acc, scales)) => {
-                        acc.merge(&stats);
-                        scales.extend(scale_values);
-                    }
-                    None => {
-                        merged.insert(key, (stats, scale_values));
-                        order.push((p.iteration, p.layer.clone(), p.tensor, name, kind));
-                    }
-                }
-            };
-            match &p.what {
-                StatsRead::Tensor(list) => {
-                    for s in list {
-                        push(stat_name(s), StatKind::Tensor(*s), Vec::new());
-                    }
-                }
-                StatsRead::Quantized {
-                    stats: list,
-                    prefix,
-                    suffix,
-                    scales,
-                } => {
-                    let scale_values = match (scales, buffers.get(1)) {
-                        (Some(decode), Some(bytes)) => decode_scales(*decode, bytes),
-                        _ => Vec::new(),
-                    };
-                    for s in list {
-                        if matches!(s, QuantizedStat::ScaleInvMin | QuantizedStat::ScaleInvMax)
-                            && scales.is_none()
-                        {
-                            continue;
-                        }
-                        let name = format!("{prefix}{}{suffix}", quantized_stat_name(s));
-                        push(name, StatKind::Quantized(*s), scale_values.clone());
-                    }
-                }
-            }
-        }
-        for (iteration, layer, tensor, name, kind) in order {
-            let (stats, scales) = &merged[&(iteration, layer.clone(), tensor, name.clone())];
-            let value = match kind {
-                StatKind::Tensor(s) => stats.stat(s),
-                StatKind::Quantized(QuantizedStat::ScaleInvMin) => {
-                    scales.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min)
-                }
-                StatKind::Quantized(QuantizedStat::ScaleInvMax) => {
-                    scales.iter().copied().fold(0.0, f64::max)
-                }
-                StatKind::Quantized(s) => stats.quantized_stat(s).unwrap_or(f64::NAN),
-            };
-            let record = StatRecord {
-                iteration,
-                layer: &layer,
-                tensor: tensor.name(),
-                stat: &name,
-                value,
-            };
-            write_line(&mut state.stats_log, &record)?;
-        }
-        state
-            .stats_log
-            .flush()
-            .map_err(|e| LowpError::file("debug_stats log", e))?;
+        state.stats_logger.log(ready)?;
         state
             .switch_log
             .flush()
@@ -347,7 +276,9 @@ impl DebugSession {
     }
 
     pub(crate) fn push_stats(&self, pending: PendingStats) {
-        self.lock().pending.push(pending);
+        let mut state = self.lock();
+        state.observed = true;
+        state.pending.push(pending);
     }
 
     pub(crate) fn push_metric(
@@ -359,6 +290,7 @@ impl DebugSession {
         read: LaterRead,
     ) {
         let mut state = self.lock();
+        state.observed = true;
         let slot = state
             .switches
             .entry((layer.to_string(), gemm))
@@ -529,42 +461,7 @@ impl SwitchSlot {
     }
 }
 
-#[derive(Clone, Copy)]
-enum StatKind {
-    Tensor(super::config::TensorStat),
-    Quantized(QuantizedStat),
-}
-
-fn stat_name(s: &super::config::TensorStat) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
-fn quantized_stat_name(s: &QuantizedStat) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
-fn decode_scales(decode: ScaleDecode, bytes: &[u8]) -> Vec<f64> {
-    match decode {
-        ScaleDecode::F32 => bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
-            .collect(),
-        // Padding cells are zero bytes; a real E8M0 scale of 2^-127 does not occur.
-        ScaleDecode::E8m0 => bytes
-            .iter()
-            .filter(|&&e| e != 0)
-            .map(|&e| crate::format::codec::e8m0_to_f32(e) as f64)
-            .collect(),
-    }
-}
-
-fn write_line(out: &mut BufWriter<File>, record: &impl Serialize) -> Result<()> {
+pub(super) fn write_line(out: &mut BufWriter<File>, record: &impl Serialize) -> Result<()> {
     let line = serde_json::to_string(record)
         .map_err(|e| LowpError::invalid("debug log record", "JSON", e.to_string()))?;
     writeln!(out, "{line}").map_err(|e| LowpError::file("debug log", e))
