@@ -357,6 +357,9 @@ fn the_moe_train_command_takes_a_debug_config() {
     .unwrap();
     let summaries = run::<AD>(&args, &Default::default(), None).unwrap();
     assert!(summaries[0].debug_metric_reads_per_step > 0.0);
+    // Every step samples (freq 1), so no step is clean and there is no in-run overhead figure.
+    let cost = summaries[0].debug_step_cost.as_ref().expect("a debug run measures its cost");
+    assert!(cost.sampled_steps >= 1 && cost.clean_steps == 0 && cost.overhead.is_none(), "{cost:?}");
     let logs = out.join("current_scaling").join("debug");
     let summary = burn_lowp::debug::DebugSummary::read(&logs).unwrap();
     let expert_fprops: Vec<_> = summary

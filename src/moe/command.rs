@@ -202,6 +202,17 @@ where
                 summary.blocking_debug_metric_reads_per_step,
                 DebugSummary::read(&dir)?.switch_table()
             );
+            if let Some(cost) = &summary.debug_step_cost {
+                println!(
+                    "{name}: debug cost inside the run: {} sampling steps at {:.1} ms host, the steps after them at {:.1} ms, {} clean steps at {:.1} ms: overhead {}",
+                    cost.sampled_steps,
+                    cost.sampled_host_ms,
+                    cost.after_sampled_host_ms,
+                    cost.clean_steps,
+                    cost.clean_host_ms,
+                    cost.overhead.map_or("n/a (no clean step)".to_string(), |o| format!("{:.1} %", 100.0 * o))
+                );
+            }
         }
         let path = args.out.join(name).join("summary.json");
         let json = serde_json::to_string_pretty(&summary).expect("summary serializes");

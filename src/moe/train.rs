@@ -121,6 +121,52 @@ pub struct RunSummary {
     /// time is about `host_ms_per_step + sync_wait_ms_per_step`.
     #[serde(default)]
     pub sync_wait_ms_per_step: Option<f64>,
+    /// With a debug config: what the debug tools cost, measured inside this run.
+    #[serde(default)]
+    pub debug_step_cost: Option<DebugStepCost>,
+}
+
+/// The debug tools' cost measured inside one run, from the host time of its timed steps (the
+/// step is host-bound, so its host time is its time). A sampling step computes statistics and
+/// metrics; the step after it hands their reads to the logger; the others ("clean") run as they
+/// would without a debug config. Comparing steps of one run avoids the drift of 5-10 % between
+/// runs of one configuration on the GPU machine, which is larger than the cost measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DebugStepCost {
+    pub sampled_steps: usize,
+    pub sampled_host_ms: f64,
+    pub after_sampled_host_ms: f64,
+    pub clean_steps: usize,
+    pub clean_host_ms: f64,
+    /// The timed steps' host time over what it would be at `clean_host_ms` per step, minus one
+    /// (`None` without clean steps).
+    pub overhead: Option<f64>,
+}
+
+impl DebugStepCost {
+    /// From each step's host seconds and whether it was a sampling step.
+    pub fn from_steps(host_seconds: &[f64], sampled: &[bool]) -> Self {
+        let mean_ms = |v: &[f64]| if v.is_empty() { 0.0 } else { 1e3 * v.iter().sum::<f64>() / v.len() as f64 };
+        let (mut on, mut after, mut clean) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (&t, &s)) in host_seconds.iter().zip(sampled).enumerate() {
+            match (s, i > 0 && sampled[i - 1]) {
+                (true, _) => on.push(t),
+                (false, true) => after.push(t),
+                (false, false) => clean.push(t),
+            }
+        }
+        let clean_host_ms = mean_ms(&clean);
+        let steps = on.len() + after.len() + clean.len();
+        let total_ms = 1e3 * (on.iter().chain(&after).chain(&clean).sum::<f64>());
+        DebugStepCost {
+            sampled_steps: on.len(),
+            sampled_host_ms: mean_ms(&on),
+            after_sampled_host_ms: mean_ms(&after),
+            clean_steps: clean.len(),
+            clean_host_ms,
+            overhead: (!clean.is_empty()).then(|| total_ms / (steps as f64 * clean_host_ms) - 1.0),
+        }
+    }
 }
 
 /// Host milliseconds per step in each phase of the step's code.
@@ -129,8 +175,8 @@ pub struct HostPhases {
     pub forward: f64,
     pub backward: f64,
     pub optimizer: f64,
-    /// With a debug config: the debug session's end of step (reading, reducing and logging the
-    /// statistics of the last sampling step).
+    /// With a debug config: the debug session's end of step (handing the statistics of the last
+    /// sampling step to its logger thread, which reads, reduces and writes them).
     #[serde(default)]
     pub debug_log: f64,
 }
@@ -272,6 +318,8 @@ where
     // Host time in each step's code, and (sync_every_step) the wait for the GPU after it.
     let mut step_host: Vec<f64> = Vec::new();
     let mut step_wait: Vec<f64> = Vec::new();
+    // With a debug config: whether each step was a sampling step (`DebugStepCost`).
+    let mut step_sampled: Vec<bool> = Vec::new();
     let mut phases = PhaseTimes::default();
     let profile_from = (first_step + HOST_PROFILE_SKIP_STEPS).min(last_step.saturating_sub(1));
     let mut profile: Option<HostProfile> = None;
@@ -316,6 +364,7 @@ where
         model = optim.step(lr, model, accumulator.grads());
         phases.optimizer.push(phase.elapsed().as_secs_f64());
         if let Some(session) = &debug {
+            step_sampled.push(session.observed_this_iteration());
             let phase = Instant::now();
             session.step()?;
             phases.debug_log.push(phase.elapsed().as_secs_f64());
@@ -431,5 +480,27 @@ where
             debug_log: mean_ms_from(&phases.debug_log, skipped),
         },
         sync_wait_ms_per_step: run.sync_every_step.then(|| mean_ms(&step_wait)),
+        debug_step_cost: debug.as_ref().map(|_| {
+            let from = skipped.min(step_host.len());
+            DebugStepCost::from_steps(&step_host[from..], &step_sampled[from..])
+        }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DebugStepCost;
+
+    /// One sampling step of 30 ms, the step after it 12 ms, three clean steps of 10 ms: the five
+    /// steps took 72 ms where five clean ones take 50 ms.
+    #[test]
+    fn debug_step_cost_compares_with_the_clean_steps_of_the_run() {
+        let cost = DebugStepCost::from_steps(&[0.010, 0.030, 0.012, 0.010, 0.010], &[false, true, false, false, false]);
+        assert_eq!((cost.sampled_steps, cost.clean_steps), (1, 3));
+        assert!((cost.sampled_host_ms - 30.0).abs() < 1e-9);
+        assert!((cost.after_sampled_host_ms - 12.0).abs() < 1e-9);
+        assert!((cost.clean_host_ms - 10.0).abs() < 1e-9);
+        assert!((cost.overhead.unwrap() - 0.44).abs() < 1e-9);
+        assert!(DebugStepCost::from_steps(&[0.01], &[true]).overhead.is_none());
+    }
 }
