@@ -22,6 +22,7 @@ pub mod adamw;
 pub mod amax;
 pub mod buffers;
 pub mod codec;
+pub mod dbias_amax;
 pub mod dequantize;
 pub mod flags;
 pub mod fp8;

@@ -1265,6 +1265,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::causal_softmax(p, Some(dp), scale)
     }
 
+    fn lowp_dbias_amax(dy: FloatTensor<Self>) -> Result<(FloatTensor<Self>, Option<Self::Bytes>)> {
+        super::cube_norm_act::dbias_amax(dy)
+    }
+
     fn lowp_activation_backward(
         dy: FloatTensor<Self>,
         h: FloatTensor<Self>,

@@ -245,6 +245,33 @@ pub(super) fn activation_backward<R: CubeRuntime>(
     })
 }
 
+/// A Linear's f32 bias gradient and dY's amax in one read (`kernels::dbias_amax`); Burn's
+/// column sums without an amax where the kernel does not apply (odd widths, empty or 2^32
+/// elements and more, a dtype it does not read).
+pub(super) fn dbias_amax<R: CubeRuntime>(
+    dy: CubeTensor<R>,
+) -> Result<(CubeTensor<R>, Option<CubeBytes<R>>)> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    let (rows, cols) = matrix(&dy, "dbias grad_output")?;
+    let kind = match elem_kind(dy.dtype, "dbias grad_output") {
+        Ok(kind) if rows > 0 && cols > 0 && cols % 2 == 0 && rows * cols < u32::MAX as usize => kind,
+        _ => return Ok((crate::ops::row_broadcast::column_sum::<B<R>>(dy), None)),
+    };
+    let dy = prepare(dy);
+    let client = dy.client.clone();
+    let (dbias, amax) = kernels::dbias_amax::dbias_and_amax(
+        &client,
+        WordMatrix {
+            handle: &dy.handle,
+            rows,
+            cols,
+            kind,
+        },
+    )
+    .map_err(kernel_error("dbias grad_output"))?;
+    Ok((f32_tensor(&dy, dbias, vec![cols]), Some(bytes(&client, &dy.device, amax, 4))))
+}
+
 /// RoPE (`ops/rope_op.rs`) of `x [rows, head]`: one kernel; the frequencies are read as f32.
 pub(super) fn rope<R: CubeRuntime>(
     x: CubeTensor<R>,

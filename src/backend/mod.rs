@@ -326,6 +326,14 @@ pub trait LowpBackend: Backend {
         })
     }
 
+    /// A Linear's bias gradient `Σ_rows dy` of `dy [rows, cols]` (`[cols]`, in dy's dtype or
+    /// f32; the caller casts it to the bias's dtype) and, where fused, `max |dy|` from the same
+    /// read (f32 bits), which FP8 current scaling of dY then uses instead of its own amax pass
+    /// (`OperandQuantizer::quantize_with_amax`). The default sums with Burn ops and takes no amax.
+    fn lowp_dbias_amax(dy: FloatTensor<Self>) -> Result<(FloatTensor<Self>, Option<Self::Bytes>)> {
+        Ok((crate::ops::row_broadcast::column_sum::<Self>(dy), None))
+    }
+
     /// The activation's backward: `dh [rows, F']` from `dy [rows, F]` and `h`; its amax when
     /// `want_amax` and fused; the f32 bias gradient `Σ_rows dh` when `want_dbias`.
     fn lowp_activation_backward(

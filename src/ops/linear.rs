@@ -575,10 +575,15 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for LinearBackward<N> {
         let node_w = ops.parents[1].clone();
         let node_bias = ops.parents.get(2).cloned().flatten();
         let dy = grads.consume::<Q>(&ops.node);
-        if let (Some(node), Some(dtype)) = (node_bias, ops.state.bias_dtype) {
-            let dbias = super::row_broadcast::column_sum::<Q>(dy.clone());
-            grads.register::<Q>(node.id, Q::float_cast(dbias, dtype));
-        }
+        // dbias and, where fused, dY's amax for its FP8 current-scaling cast, in one read of dY.
+        let dy_amax = match (node_bias, ops.state.bias_dtype) {
+            (Some(node), Some(dtype)) => {
+                let (dbias, amax) = Q::lowp_dbias_amax(dy.clone()).expect("dbias of dY [rows, cols]");
+                grads.register::<Q>(node.id, Q::float_cast(dbias, dtype));
+                amax
+            }
+            _ => None,
+        };
         let out_dtype = gemm_dtype(dy.dtype());
         let saved = ops.state;
         let usage = Usage {
@@ -589,7 +594,7 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for LinearBackward<N> {
         // Shapes were checked in forward, so failures here are bugs, not user input.
         let qdy = saved
             .grad_output
-            .quantize(dy, usage, false)
+            .quantize_with_amax(dy, dy_amax, usage)
             .expect("quantize dY (shapes checked in forward)");
         let dgrad = node_x.zip(saved.w_columnwise.as_ref());
         let wgrad = node_w.zip(saved.x_columnwise.as_ref());

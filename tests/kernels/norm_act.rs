@@ -309,6 +309,44 @@ pub fn check_activations<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtyp
     println!("12 activations within bounds; {fused} fused amaxes and quantizes bit-exact");
 }
 
+/// A Linear's dbias with dY's amax in the same read (`lowp_dbias_amax`). Device backends: the
+/// column sums bit-equal to the host's f32 sums in the kernel's order (64-row blocks summed in
+/// row order, then the blocks in order), the amax bit-equal to the host's and quantizing with it
+/// bit-equal to the unfused current-scaling quantize; an odd width falls back to Burn's column
+/// sums without an amax. NdArray (Burn's sums) within f32 rounding of the f64 sums.
+pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
+    for &dtype in dtypes {
+        for (rows, cols) in [(96, 160), (144, 1056), (200, 6), (9, 7)] {
+            let mut dy = matrix(rows, cols, dtype, 0.25, 3.0, 7 + (rows * cols) as u64);
+            dy.values[cols + 1] = dtype.round(-4000.0);
+            let context = format!("dbias {} [{rows}, {cols}]", dtype.name());
+            let (dbias, amax) = B::lowp_dbias_amax(upload::<B>(&dy, device)).unwrap();
+            let dbias = read_f32::<B>(dbias);
+            let fused = kernels && cols % 2 == 0;
+            if fused {
+                let blocks: Vec<Vec<f32>> = (0..rows.div_ceil(64))
+                    .map(|b| {
+                        (0..cols)
+                            .map(|c| (b * 64..rows.min(b * 64 + 64)).fold(0.0f32, |s, r| s + dy.values[r * cols + c]))
+                            .collect()
+                    })
+                    .collect();
+                let want: Vec<f32> = (0..cols).map(|c| blocks.iter().fold(0.0f32, |s, b| s + b[c])).collect();
+                for (c, (g, w)) in dbias.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{context}: dbias[{c}] {g} vs {w}");
+                }
+            } else {
+                let want: Vec<f64> = (0..cols)
+                    .map(|c| (0..rows).map(|r| dy.values[r * cols + c] as f64).sum())
+                    .collect();
+                assert_close(&dbias, &want, dtype, 1e-5, &format!("{context}: dbias"));
+            }
+            assert_eq!(amax.is_some(), fused, "{context}: an amax exactly where the kernel runs");
+            check_amax_twin::<B>(upload::<B>(&dy, device), amax, &dy.values, &context);
+        }
+    }
+}
+
 /// Shapes the pair kernels cannot take are errors, not panics.
 pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bool) {
     let x = matrix(4, 7, InputDtype::F32, 0.0, 1.0, 5);
@@ -348,6 +386,11 @@ macro_rules! norm_act_suite {
         #[test]
         fn activations_match_f64_and_their_fused_amax_quantizes_like_the_unfused_twin() {
             if let Some(d) = $device { crate::norm_act::check_activations::<$backend>(&d, &[$($dtype),*]); }
+        }
+
+        #[test]
+        fn linear_dbias_and_its_fused_amax_match_the_host_and_the_unfused_quantize() {
+            if let Some(d) = $device { crate::norm_act::check_dbias_amax::<$backend>(&d, &[$($dtype),*], $kernels); }
         }
 
         #[test]
