@@ -316,9 +316,17 @@ pub fn check_activations<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtyp
 /// sums without an amax. NdArray (Burn's sums) within f32 rounding of the f64 sums.
 pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
     for &dtype in dtypes {
-        for (rows, cols) in [(96, 160), (144, 1056), (200, 6), (9, 7)] {
+        // 203 rows: blocks of 64 with a tail that is not a multiple of the kernel's 4-row step;
+        // (10, 7): an odd width (the fallback) whose f16 bytes are still a multiple of 4 (wgpu
+        // cannot upload a buffer of 126 bytes).
+        for (rows, cols) in [(96, 160), (144, 1056), (203, 6), (10, 7)] {
             let mut dy = matrix(rows, cols, dtype, 0.25, 3.0, 7 + (rows * cols) as u64);
             dy.values[cols + 1] = dtype.round(-4000.0);
+            if cols % 2 == 1 && matches!(dtype, InputDtype::BF16) {
+                // The fallback is Burn's column sums, which wgpu cannot run on BF16 (it holds
+                // BF16 as 32-bit words for our kernels only).
+                continue;
+            }
             let context = format!("dbias {} [{rows}, {cols}]", dtype.name());
             let (dbias, amax) = B::lowp_dbias_amax(upload::<B>(&dy, device)).unwrap();
             let dbias = read_f32::<B>(dbias);
@@ -342,7 +350,17 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
                 assert_close(&dbias, &want, dtype, 1e-5, &format!("{context}: dbias"));
             }
             assert_eq!(amax.is_some(), fused, "{context}: an amax exactly where the kernel runs");
-            check_amax_twin::<B>(upload::<B>(&dy, device), amax, &dy.values, &context);
+            match amax {
+                // FP8 quantizes need K divisible by 16 on CUDA: compare the amax alone there.
+                Some(amax) if cols % 16 != 0 => {
+                    let bits = B::bytes_to_host(&amax);
+                    let fused = f32::from_le_bytes([bits[0], bits[1], bits[2], bits[3]]);
+                    assert_eq!(fused.to_bits(), host_amax(&dy.values).to_bits(), "{context}: fused amax");
+                }
+                amax => {
+                    check_amax_twin::<B>(upload::<B>(&dy, device), amax, &dy.values, &context);
+                }
+            }
         }
     }
 }
