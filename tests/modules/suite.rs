@@ -98,6 +98,36 @@ fn f32_tensor<B: LowpBackend, const D: usize>(
 /// the path's arithmetic), stays within the format's error bound of the high-precision product,
 /// and takes the expected path (cuBLASLt FP8 / block / high precision, or BF16 emulation on CUDA).
 /// Also checks BF16 outputs and accumulate-into.
+/// Compares a BF16-output GEMM's result with `want(i)` within `slack(i, want(i))`; a failed call
+/// or elements off go to `failures` under `label`. False when the call failed.
+fn check_bf16_output<B: LowpBackend>(
+    result: burn_lowp::error::Result<burn::tensor::ops::FloatTensor<B>>,
+    want: impl Fn(usize) -> f64,
+    slack: impl Fn(usize, f64) -> f64,
+    label: &str,
+    failures: &mut Vec<String>,
+) -> bool {
+    let got = match result {
+        Ok(t) => crate::common::read_f32::<B>(t),
+        Err(e) => {
+            failures.push(format!("{label}: {e}"));
+            return false;
+        }
+    };
+    let bad = (0..got.len())
+        .filter(|&i| (got[i] as f64 - want(i)).abs() > slack(i, want(i)))
+        .collect::<Vec<_>>();
+    if let Some(&i) = bad.first() {
+        failures.push(format!(
+            "{label}: {} elements off, e.g. [{i}] {} vs {}",
+            bad.len(),
+            got[i],
+            want(i)
+        ));
+    }
+    true
+}
+
 pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     let (m, n, k) = (128, 256, 384);
     let fp8 = |fp8| QuantizerSpec::Fp8Current {
@@ -295,7 +325,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
 
             // BF16 output with accumulate-into: D = A·B + C, rounded once to BF16.
             let c = matrix(rows, cols, 4 + ki as u64);
-            let summed = match B::lowp_gemm(
+            let summed = B::lowp_gemm(
                 kind,
                 a,
                 b,
@@ -305,28 +335,17 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     split_accumulator: None,
                     bias: None,
                 },
-            ) {
-                Ok(t) => crate::common::read_f32::<B>(t),
-                Err(e) => {
-                    failures.push(format!("{name} {kind:?} bf16 + accumulate: {e}"));
-                    continue;
-                }
-            };
-            let bad = (0..summed.len())
-                .filter(|&i| {
-                    let want = exact[i] + c.values[i] as f64;
-                    // BF16 rounding of the result (2^-8 relative) on top of the GEMM's own bound.
-                    let slack = relative * abs[i] + 2f64.powi(-8) * want.abs() + 1e-30;
-                    (summed[i] as f64 - want).abs() > slack
-                })
-                .collect::<Vec<_>>();
-            if let Some(&i) = bad.first() {
-                failures.push(format!(
-                    "{name} {kind:?} bf16 + accumulate: {} elements off, e.g. [{i}] {} vs {}",
-                    bad.len(),
-                    summed[i],
-                    exact[i] + c.values[i] as f64
-                ));
+            );
+            // BF16 rounding of the result (2^-8 relative) on top of the GEMM's own bound.
+            let summed_ok = check_bf16_output::<B>(
+                summed,
+                |i| exact[i] + c.values[i] as f64,
+                |i, want| relative * abs[i] + 2f64.powi(-8) * want.abs() + 1e-30,
+                &format!("{name} {kind:?} bf16 + accumulate"),
+                &mut failures,
+            );
+            if !summed_ok {
+                continue;
             }
 
             // BF16 output with a bias added to every row: on CUDA cuBLASLt's epilogue for the
@@ -335,7 +354,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
             // and the sum, on top of the GEMM's own bound).
             let bias = matrix(1, cols, 7 + ki as u64);
             let bias_tensor = B::float_reshape(B::float_from_host(&bias, device), Shape::new([cols]));
-            let biased = match B::lowp_gemm(
+            let biased = B::lowp_gemm(
                 kind,
                 a,
                 b,
@@ -345,28 +364,14 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     split_accumulator: None,
                     bias: Some(bias_tensor),
                 },
-            ) {
-                Ok(t) => crate::common::read_f32::<B>(t),
-                Err(e) => {
-                    failures.push(format!("{name} {kind:?} bf16 + bias: {e}"));
-                    continue;
-                }
-            };
-            let bad = (0..biased.len())
-                .filter(|&i| {
-                    let want = exact[i] + bias.values[i % cols] as f64;
-                    let slack = relative * abs[i] + 2f64.powi(-8) * (exact[i].abs() + want.abs()) + 1e-30;
-                    (biased[i] as f64 - want).abs() > slack
-                })
-                .collect::<Vec<_>>();
-            if let Some(&i) = bad.first() {
-                failures.push(format!(
-                    "{name} {kind:?} bf16 + bias: {} elements off, e.g. [{i}] {} vs {}",
-                    bad.len(),
-                    biased[i],
-                    exact[i] + bias.values[i % cols] as f64
-                ));
-            }
+            );
+            check_bf16_output::<B>(
+                biased,
+                |i| exact[i] + bias.values[i % cols] as f64,
+                |i, want| relative * abs[i] + 2f64.powi(-8) * (exact[i].abs() + want.abs()) + 1e-30,
+                &format!("{name} {kind:?} bf16 + bias"),
+                &mut failures,
+            );
         }
         // A backward's dgrad and wgrad as one group (on CUDA: one handshake, two streams, the
         // BF16 output's cast queued after the group) equal the same GEMMs called one by one.
