@@ -62,6 +62,13 @@ mod cuda {
         }
     }
 
+    #[test]
+    fn grouped_large_known_groups_run_per_group() {
+        if let Some(d) = device() {
+            crate::grouped::check_grouped_large_known_groups_run_per_group::<Backend>(&d);
+        }
+    }
+
     /// GEMMs whose inputs CubeCL writes just before and whose outputs CubeCL reads just after,
     /// ordered by device flags: the results equal those of the host-synchronized ordering, and no
     /// wait kernel timed out.

@@ -60,22 +60,27 @@ pub(crate) fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
         .index
 }
 
-/// Compute capability major version of a CUDA device (0 if it cannot be read).
-fn compute_capability_major(device: usize) -> i32 {
-    use cudarc::driver::sys::CUdevice_attribute as A;
-    cudarc::driver::CudaContext::new(device)
-        .and_then(|ctx| ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR))
-        .unwrap_or(0)
+/// A CUDA device attribute, read once per device and attribute (0 if it cannot be read).
+fn device_attribute(device: usize, attribute: cudarc::driver::sys::CUdevice_attribute) -> i32 {
+    type Cache = std::sync::Mutex<std::collections::HashMap<(usize, i32), i32>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let mut cache = CACHE.get_or_init(Default::default).lock().expect("device attribute cache");
+    *cache.entry((device, attribute as i32)).or_insert_with(|| {
+        cudarc::driver::CudaContext::new(device)
+            .and_then(|ctx| ctx.attribute(attribute))
+            .unwrap_or(0)
+    })
 }
 
 pub(crate) fn is_hopper(device: usize) -> bool {
-    static MAJOR: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, i32>>> =
-        std::sync::OnceLock::new();
-    let map = MAJOR.get_or_init(Default::default);
-    let mut map = map.lock().expect("compute capability cache");
-    *map.entry(device)
-        .or_insert_with(|| compute_capability_major(device))
-        == 9
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) == 9
+}
+
+/// The device's streaming multiprocessors (at least 1).
+pub(crate) fn multiprocessors(device: usize) -> usize {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    device_attribute(device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as usize
 }
 
 /// The client and device of an operand (every operand of one GEMM lives on one device).

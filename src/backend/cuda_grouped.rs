@@ -13,6 +13,9 @@
 //!   scaled into BF16, which at N = 768 cost as much as the GEMM (H100). Operands whose groups
 //!   share one scale (`GroupScaling::Shared`) need no pass: cuBLASLt applies the shared scales
 //!   as the operands' per-tensor scales (and fprop then runs with fast accumulation, as `Linear`).
+//!   Where the splits' host copy has arrived by the time the GEMM is called and every group's
+//!   GEMM alone fills the GPU, fprop/dgrad run per group instead where that measured faster
+//!   (`grouped::per_group_pays`: BF16 dgrad, FP8 with per-group scales, which then need no pass).
 //! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
@@ -31,10 +34,13 @@ use super::cublaslt::{
 };
 use super::cuda_gemm::{
     accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
-    output_dtype, plan, prepare, run_prepared, GemmOutput, PreparedGemm,
+    multiprocessors, output_dtype, plan, prepare, run_prepared, GemmOutput, PreparedGemm,
 };
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
-use super::grouped::{group_view, grouped_output_shape, GroupedGemmPath, GroupedOperand, GROUP_ALIGN};
+use super::grouped::{
+    group_view, grouped_output_shape, per_group_pays, BatchedOperands, GroupedGemmPath,
+    GroupedOperand, GROUP_ALIGN,
+};
 use crate::error::Result;
 use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
@@ -73,7 +79,29 @@ pub fn grouped_gemm_path<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Boo
         GemmPath::CublasLtFp8Tensor | GemmPath::CublasLtHighPrecision
     );
     if kind != GemmKind::Wgrad && batchable {
-        GroupedGemmPath::PointerArray(inner)
+        // Groups the host knows already (never waits) that each fill the GPU run per group
+        // where that was measured faster (`per_group_pays`).
+        let operands = match (sa, sb) {
+            (Storage::Quantized(qa), Storage::Quantized(qb)) if qa.shared_scale && qb.shared_scale => {
+                BatchedOperands::Fp8SharedScales
+            }
+            (Storage::Quantized(_), _) => BatchedOperands::Fp8PerGroupScales,
+            _ => BatchedOperands::HighPrecision,
+        };
+        let out_cols = match kind {
+            GemmKind::Fprop => b.tensor.rows / a.groups.count.max(1),
+            _ => b.tensor.cols,
+        };
+        let sms = multiprocessors(cuda_device::<R>(&device));
+        let per_group = a.groups.host.try_get().is_some_and(|host| {
+            host.status == SplitStatus::Valid
+                && per_group_pays(kind, &host.groups, out_cols, sms, operands)
+        });
+        if per_group {
+            GroupedGemmPath::PerGroup(inner)
+        } else {
+            GroupedGemmPath::PointerArray(inner)
+        }
     } else {
         GroupedGemmPath::PerGroup(inner)
     }

@@ -38,7 +38,9 @@ pub mod norm_act;
 
 pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
 pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
-pub use grouped::{GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup};
+pub use grouped::{
+    per_group_pays, BatchedOperands, GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup,
+};
 pub use host_sync::{host_syncs, HostSyncs};
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
 #[cfg(feature = "ndarray")]
@@ -133,7 +135,9 @@ pub trait LowpBackend: Backend {
 
     /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The
     /// default runs each group's GEMM on the host-known groups (`grouped_gemm_per_group`); CUDA
-    /// runs fprop and dgrad of BF16 and FP8 per-tensor operands as one graph-safe cuBLASLt call.
+    /// runs fprop and dgrad of BF16 and FP8 per-tensor operands as one graph-safe cuBLASLt call,
+    /// or per group where the splits' host copy has arrived and that is faster
+    /// (`grouped::per_group_pays`).
     fn lowp_grouped_gemm(
         kind: GemmKind,
         a: GroupedOperand<Self>,

@@ -671,3 +671,81 @@ macro_rules! grouped_suite {
     };
 }
 pub(crate) use grouped_suite;
+
+/// Large groups whose splits the host already knows (CUDA): where every group's GEMM fills the
+/// GPU, BF16 dgrad and FP8 fprop/dgrad with per-expert scales run one GEMM per group, the rest
+/// keep the pointer array (`backend::per_group_pays`); before the splits' copy has arrived every
+/// fprop/dgrad runs the pointer array. Both give the same products on every group row (relative
+/// error <= 4e-3: other algorithms, and for per-expert FP8 the pointer array's extra BF16
+/// rounding before its scale pass), and the per-group output's tail rows are zero.
+pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B::Device) {
+    use burn::tensor::TensorPrimitive;
+    use burn_lowp::backend::{GemmKind, GemmOptions, GemmPath, GroupedGemmPath, GroupedOperand, Groups};
+    use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
+    use burn_lowp::format::{Fp8Format, Usage};
+    use burn_lowp::quant::grouped::quantize_grouped;
+    use burn_lowp::quant::{IdentityDtype, QuantizerSpec};
+    let _turn = turn();
+    // Two experts of 4096 aligned rows, 2048 -> 2048: 32 x 16 output tiles per group, three waves
+    // on any GPU of up to 170 multiprocessors (an H100 has 132).
+    let (features, tokens) = (2048, 8096);
+    let case = [4096i64, 4000];
+    let layout = B::group_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    layout.check().unwrap();
+    let filled = 8192;
+    let unknown = Groups::<B> {
+        host: layout.groups.host.unresolved(),
+        ..layout.groups.clone()
+    };
+    let weight_groups = Groups::<B>::from_host(uniform_groups(2, features), 2 * features, device).unwrap();
+    let x = Tensor::<B, 2>::random([layout.rows(), features], Distribution::Normal(0.0, 1.0), device);
+    let w = Tensor::<B, 2>::random([2 * features, features], Distribution::Normal(0.0, 0.02), device);
+    let fp8 = QuantizerSpec::Fp8Current {
+        fp8: Fp8Format::E4M3,
+        pow2_scales: false,
+        amax_epsilon: 0.0,
+    };
+    let bf16 = QuantizerSpec::Identity {
+        dtype: IdentityDtype::Bf16,
+    };
+    let (pa, pg) = (GroupedGemmPath::PointerArray, GroupedGemmPath::PerGroup);
+    let (hp, fp8_path) = (GemmPath::CublasLtHighPrecision, GemmPath::CublasLtFp8Tensor);
+    for (name, spec, scaling, fprop, dgrad) in [
+        ("bf16", &bf16, GroupScaling::PerGroup, pa(hp), pg(hp)),
+        ("fp8 per-expert scales", &fp8, GroupScaling::PerGroup, pg(fp8_path), pg(fp8_path)),
+        ("fp8 shared scales", &fp8, GroupScaling::Shared, pa(fp8_path), pa(fp8_path)),
+    ] {
+        let quantize = |t: &Tensor<B, 2>, groups: &Groups<B>| {
+            quantize_grouped::<B>(t.clone().into_primitive().tensor(), groups, spec, Usage::BOTH, 0, None, scaling)
+                .unwrap()
+        };
+        let (qx, qw) = (quantize(&x, &layout.groups), quantize(&w, &weight_groups));
+        for (kind, want) in [(GemmKind::Fprop, fprop), (GemmKind::Dgrad, dgrad)] {
+            let run = |groups: &Groups<B>| {
+                let a = GroupedOperand { tensor: &qx, groups };
+                let b = GroupedOperand {
+                    tensor: &qw,
+                    groups: &weight_groups,
+                };
+                let path = B::grouped_gemm_path(kind, a, b);
+                let out = B::lowp_grouped_gemm(kind, a, b, GemmOptions::default()).unwrap();
+                (path, values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(out))))
+            };
+            let (known_path, known) = run(&layout.groups);
+            let (unknown_path, before_copy) = run(&unknown);
+            assert_eq!(known_path, want, "{name} {kind:?}: splits on the host");
+            assert!(
+                matches!(unknown_path, GroupedGemmPath::PointerArray(_)),
+                "{name} {kind:?}: before the splits' copy the pointer array runs, not {unknown_path:?}"
+            );
+            let cut = filled * features;
+            let err = relative_error(&known[..cut], &before_copy[..cut]);
+            assert!(err <= 4e-3, "{name} {kind:?}: {known_path:?} and the pointer array differ by {err:.2e}");
+            assert!(known[..cut].iter().any(|&v| v != 0.0), "{name} {kind:?}: empty product");
+            assert!(
+                known[cut..].iter().all(|&v| v == 0.0),
+                "{name} {kind:?}: {known_path:?} left rows after the last group unzeroed"
+            );
+        }
+    }
+}
