@@ -9,8 +9,10 @@
 //!   sides, as `torch._scaled_grouped_mm`; `fp8_tensor_shared`: one scale shared by the experts,
 //!   applied by cuBLASLt, no per-expert pass) and FP8 block (1x128 activations x 128x128 weights).
 //!   The splits live on the device; the operands are in the aligned layout. TFLOP/s counts useful
-//!   work, 2·T·N·K. Pointer-array GEMMs run twice: `batch: exact` with the splits' host copy
-//!   arrived (the chunks the groups fill), `batch: bound` before it has (the host-known bound).
+//!   work, 2·T·N·K. fprop and dgrad run twice: with the splits' host copy arrived
+//!   (`splits_on_host`: the pointer array's `batch: exact`, the chunks the groups fill, or one GEMM
+//!   per group where `backend::per_group_pays`), and before it has (`batch: bound`, the
+//!   host-known bound of chunks).
 //!   FP8 per-tensor dgrad runs with TE's split accumulator and, as the PyTorch peer does, with fast
 //!   accumulation (`accumulation`).
 //! * `grouped_linear_step`: `GroupedLinear` (E = 8, 2048 -> 2048, 32768 tokens, BF16 parameters and
@@ -18,7 +20,9 @@
 //!   sharing one scale, `_shared`), including the layout, the row moves, every
 //!   quantization, and the host synchronizations per step (`host_syncs`); `bf16` and
 //!   `current_scaling_shared` also with the splits' copy taken by the resolver thread
-//!   (`_background`, `LOWP_SPLIT_COPY=background`) rather than by its first reader.
+//!   (`_background`, `LOWP_SPLIT_COPY=background`), and with it taken only by its first reader
+//!   (`_read_only`, `LOWP_SPLIT_COPY=read-only`) rather than also once the stream mark says it
+//!   has arrived (the default).
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
@@ -215,6 +219,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                         "experts": experts, "tokens": tokens, "k": k, "n": n, "dist": dist,
                         "splits": splits, "path": format!("{path:?}"),
                         "batch": if pointer_array { json!(batch) } else { json!(null) },
+                        "splits_on_host": batch == "exact",
                         "accumulation": accumulation,
                     });
                     if let Err(e) = B::lowp_grouped_gemm(kind, a, b, options()) {
@@ -267,6 +272,10 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
             // The splits' copy taken by the resolver thread as soon as it arrives: exact batches.
             ("bf16_background", "bf16", GroupScaling::PerGroup, SplitCopy::Background),
             ("current_scaling_shared_background", "current_scaling", GroupScaling::Shared, SplitCopy::Background),
+            // Taken only by its first reader (no stream mark): fprop and dgrad never see it.
+            ("bf16_read_only", "bf16", GroupScaling::PerGroup, SplitCopy::ReadOnly),
+            ("current_scaling_read_only", "current_scaling", GroupScaling::PerGroup, SplitCopy::ReadOnly),
+            ("current_scaling_shared_read_only", "current_scaling", GroupScaling::Shared, SplitCopy::ReadOnly),
         ] {
             let case = format!("grouped_linear_step {name} {dist}");
             if !selected(&case) {

@@ -63,6 +63,13 @@ mod cuda {
     }
 
     #[test]
+    fn grouped_split_copy_is_seen_once_arrived() {
+        if let Some(d) = device() {
+            crate::grouped::check_grouped_split_copy_is_seen_once_arrived::<Backend>(&d);
+        }
+    }
+
+    #[test]
     fn grouped_large_known_groups_run_per_group() {
         if let Some(d) = device() {
             crate::grouped::check_grouped_large_known_groups_run_per_group::<Backend>(&d);

@@ -308,6 +308,10 @@ fn read_later<R: CubeRuntime>(client: &ComputeClient<R>, handles: Vec<Handle>) -
 struct HostRead {
     future: Arc<Mutex<Option<PendingRead>>>,
     queue: DeviceHandle<DeviceTasks>,
+    /// On CUDA, when asked for: a mark after the copies, to tell they have arrived without
+    /// waiting (`cublaslt::StreamMark`), set when the device thread queues them.
+    #[cfg(feature = "cuda")]
+    mark: Arc<Mutex<Option<super::cublaslt::StreamMark>>>,
 }
 
 
@@ -330,15 +334,48 @@ impl DeviceService for DeviceTasks {
 }
 
 impl HostRead {
-    fn request<R: CubeRuntime>(client: ComputeClient<R>, device: &R::Device, handles: Vec<Handle>) -> Self {
+    /// `marked`: also queue a `StreamMark` after the copies (CUDA only; ignored elsewhere).
+    fn request<R: CubeRuntime>(
+        client: ComputeClient<R>,
+        device: &R::Device,
+        handles: Vec<Handle>,
+        marked: bool,
+    ) -> Self {
         let future = Arc::new(Mutex::new(None));
         let slot = future.clone();
         let queue = DeviceHandle::<DeviceTasks>::new(device.to_id());
+        #[cfg(feature = "cuda")]
+        let mark = Arc::new(Mutex::new(None));
+        #[cfg(feature = "cuda")]
+        let (mark_slot, marked) = (mark.clone(), marked && super::cuda_gemm::is_cuda::<R>());
+        #[cfg(not(feature = "cuda"))]
+        let _ = marked;
+        let device_index = device.clone();
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
+            #[cfg(feature = "cuda")]
+            if marked {
+                let cuda = super::cuda_gemm::cuda_client(&client);
+                let index = super::cuda_gemm::cuda_device::<R>(&device_index);
+                *mark_slot.lock().expect("host read mark") =
+                    super::cublaslt::mark_cubecl_stream(cuda, index);
+            }
+            let _ = &device_index;
         });
-        HostRead { future, queue }
+        HostRead {
+            future,
+            queue,
+            #[cfg(feature = "cuda")]
+            mark,
+        }
+    }
+
+    /// Whether the copies have arrived, without waiting: false until the device thread has
+    /// queued them and where no mark could be made.
+    #[cfg(feature = "cuda")]
+    fn arrived(mark: &Mutex<Option<super::cublaslt::StreamMark>>) -> bool {
+        mark.lock().expect("host read mark").as_ref().is_some_and(|m| m.reached())
     }
 
     /// The read's future; waits for the device thread to reach the request if it has not yet.
@@ -355,6 +392,42 @@ impl HostRead {
             .take()
             .ok_or_else(|| LowpError::invalid("device read", "request", "the device thread dropped it"))
     }
+}
+
+/// `LowpBackend::bytes_to_host_later`; `probed`: on CUDA also a probe that tells, without
+/// waiting, whether the copies have arrived (`HostRead`'s mark).
+fn host_read_later<R: CubeRuntime>(
+    bytes: Vec<CubeBytes<R>>,
+    probed: bool,
+) -> (
+    Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send>,
+    Option<super::host_copy::Arrived>,
+) {
+    let Some(first) = bytes.first() else {
+        return (Box::new(|| Ok(Vec::new())), None);
+    };
+    let client = first.client.clone();
+    let lens: Vec<usize> = bytes.iter().map(|b| b.len).collect();
+    let handles: Vec<Handle> = bytes.iter().map(|b| b.handle.clone()).collect();
+    let pending = HostRead::request(client.clone(), &first.device, handles, probed);
+    #[cfg(feature = "cuda")]
+    let probe: Option<super::host_copy::Arrived> = (probed && super::cuda_gemm::is_cuda::<R>()).then(|| {
+        let mark = pending.mark.clone();
+        Box::new(move || HostRead::arrived(&mark)) as super::host_copy::Arrived
+    });
+    #[cfg(not(feature = "cuda"))]
+    let probe = None;
+    let wait = Box::new(move || {
+        let data = burn_lowp_kernels::cubecl::future::block_on(pending.future()?)
+            .map_err(|e| LowpError::invalid("device read", "failed", format!("{e:?}")))?;
+        drop(client);
+        Ok(data
+            .into_iter()
+            .zip(lens)
+            .map(|(d, len)| d[..len].to_vec())
+            .collect())
+    });
+    (wait, probe)
 }
 
 /// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
@@ -724,23 +797,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn bytes_to_host_later(
         bytes: Vec<Self::Bytes>,
     ) -> Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send> {
-        let Some(first) = bytes.first() else {
-            return Box::new(|| Ok(Vec::new()));
-        };
-        let client = first.client.clone();
-        let lens: Vec<usize> = bytes.iter().map(|b| b.len).collect();
-        let handles: Vec<Handle> = bytes.iter().map(|b| b.handle.clone()).collect();
-        let pending = HostRead::request(client.clone(), &first.device, handles);
-        Box::new(move || {
-            let data = burn_lowp_kernels::cubecl::future::block_on(pending.future()?)
-                .map_err(|e| LowpError::invalid("device read", "failed", format!("{e:?}")))?;
-            drop(client);
-            Ok(data
-                .into_iter()
-                .zip(lens)
-                .map(|(d, len)| d[..len].to_vec())
-                .collect())
-        })
+        host_read_later(bytes, false).0
     }
 
     fn bytes_from_host(data: Vec<u8>, device: &Self::Device) -> Self::Bytes {
@@ -806,15 +863,24 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         };
         let words = |h: &Handle, n: usize| bytes(&client, &device, h.clone(), 4 * n);
         let (start, len) = (words(&buffers.group_start, count), words(&buffers.group_rows, count));
-        let later = Self::bytes_to_host_later(vec![
-            start.clone(),
-            len.clone(),
-            words(&buffers.group_tokens, count),
-            words(&buffers.status, kernels::group_layout::STATUS_WORDS),
-        ]);
+        use super::host_copy::{split_copy, SplitCopy};
+        #[cfg(feature = "cuda")]
+        let background = super::cuda_gemm::is_cuda::<R>() && split_copy() == SplitCopy::Background;
+        #[cfg(not(feature = "cuda"))]
+        let background = false;
+        let (later, arrived) = host_read_later(
+            vec![
+                start.clone(),
+                len.clone(),
+                words(&buffers.group_tokens, count),
+                words(&buffers.status, kernels::group_layout::STATUS_WORDS),
+            ],
+            !background && split_copy() == SplitCopy::OnRead,
+        );
         // On CUDA, with `LOWP_SPLIT_COPY=background`, a resolver thread takes the copy as soon as
         // it arrives, so that the grouped GEMMs see the splits as early as possible; by default
-        // the first reader resolves it (`host_copy::SplitCopy`).
+        // the first reader resolves it (`host_copy::SplitCopy`), or, on CUDA, the first `try_get`
+        // after a mark on the stream says the copy has arrived (which takes no wait).
         let resolve = move || {
             let read = later()?;
             let u32s = |b: &Vec<u8>| {
@@ -834,15 +900,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 status: SplitStatus::from_words([status[0] as u32, status[1] as u32, status[2] as u32]),
             })
         };
-        #[cfg(feature = "cuda")]
-        let background = super::cuda_gemm::is_cuda::<R>()
-            && super::host_copy::split_copy() == super::host_copy::SplitCopy::Background;
-        #[cfg(not(feature = "cuda"))]
-        let background = false;
-        let host = if background {
-            HostCopy::in_background(resolve)
-        } else {
-            HostCopy::pending(resolve)
+        let host = match (background, arrived) {
+            (true, _) => HostCopy::in_background(resolve),
+            (false, Some(arrived)) => HostCopy::pending_probed(resolve, arrived),
+            (false, None) => HostCopy::pending(resolve),
         };
         Ok(GroupLayout {
             groups: Groups {

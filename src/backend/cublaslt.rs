@@ -1062,6 +1062,54 @@ pub fn timed_out_gemm(client: &ComputeClient<CudaRuntime>, device: usize) -> Res
     ))
 }
 
+/// A point in CubeCL's calling stream that the host can test without waiting: our stream waits
+/// (one READY handshake, as before a GEMM) until CubeCL's stream has passed it, then records an
+/// event. CubeCL does not expose its stream or events, and its read futures can only be waited
+/// on; this lets a copy to the host queued before the mark be known to have arrived
+/// (`host_copy::HostCopy::try_get`) without a waiting thread.
+pub struct StreamMark {
+    ctx: Arc<CudaContext>,
+    event: cudarc::driver::CudaEvent,
+}
+
+impl StreamMark {
+    /// Whether CubeCL's stream has passed the mark (never waits; false on a CUDA error).
+    pub fn reached(&self) -> bool {
+        self.ctx.bind_to_thread().is_ok() && self.event.try_is_complete().unwrap_or(false)
+    }
+}
+
+/// Marks the calling CubeCL stream at what it has queued so far (see `StreamMark`). Call on
+/// CubeCL's device thread, from one of our tasks (`DeviceTasks`), as the GEMMs do. `None` under
+/// host-synchronized ordering or if the mark cannot be queued (nothing is then left waiting:
+/// our stream's wait is the last thing queued).
+pub fn mark_cubecl_stream(client: &ComputeClient<CudaRuntime>, device: usize) -> Option<StreamMark> {
+    if stream_ordering() != StreamOrdering::DeviceFlags {
+        return None;
+    }
+    CublasLt::with(device, |lt| {
+        let (flags, flags_ptr, value) = lt.next_flag_value(client)?;
+        burn_lowp_kernels::signal_flag(client, &flags, value);
+        // Flushes CubeCL's queued launches (as `pin_buffers` does for a GEMM), so that the
+        // signal is on the CUDA stream before our stream waits for it.
+        drop(
+            client
+                .get_resource(flags)
+                .map_err(|e| LowpError::invalid("CubeCL", "get_resource", format!("{e:?}")))?,
+        );
+        lt.wait_ready(flags_ptr, value)?;
+        let event = lt
+            .main_stream()
+            .record_event(Some(cuda::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(driver_error("event"))?;
+        Ok(StreamMark {
+            ctx: lt.ctx.clone(),
+            event,
+        })
+    })
+    .ok()
+}
+
 /// Runs a GEMM on CubeCL buffers. `buffers` are every buffer the GEMM reads or writes; `build`
 /// turns their device pointers (same order) into the GEMM.
 ///

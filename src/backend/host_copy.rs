@@ -6,9 +6,11 @@
 //! copy on its own thread) or by a resolver thread as soon as the copy arrives (`in_background`).
 //! Either way a caller can ask, without ever waiting, whether the host has the value already
 //! (`try_get`): the pointer-array grouped GEMM then runs exactly the chunks the splits fill
-//! instead of the host-known bound (`cuda_grouped.rs`). With the resolver thread that is the case
-//! as soon as the GPU has written the copy; with first-reader resolution only once something has
-//! read it (e.g. a wgrad).
+//! instead of the host-known bound, and large groups may run per group (`cuda_grouped.rs`). With
+//! the resolver thread that is the case as soon as the GPU has written the copy; with
+//! first-reader resolution once something has read it (e.g. a wgrad) or, for a copy made with a
+//! probe (`pending_probed`: on CUDA a `cublaslt::StreamMark` after the copy), as soon as the
+//! probe says it has arrived.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -28,13 +30,20 @@ type Wait<T> = Box<dyn FnOnce() -> Result<T> + Send>;
 /// faster than the bound), but made the BF16 GroupedLinear step (8 experts) 5-7 % slower over
 /// three alternations (it waits on a CUDA event, which spins on a CPU core under CUDA's default
 /// scheduling); hence first-reader resolution by default.
+///
+/// By default a copy also carries a probe (on CUDA a mark on the stream after it,
+/// `cublaslt::StreamMark`), so that `try_get` takes it once it has arrived, with no thread and
+/// no wait; `LOWP_SPLIT_COPY=read-only` leaves only the reader (the behaviour before the mark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitCopy {
     /// The resolver thread, as soon as the copy arrives (`in_background`).
     Background,
-    /// The first reader (`pending`; the default): the pointer-array GEMMs see the splits only
-    /// after something has read them (e.g. the wgrad of the same layout).
+    /// The first reader, or the first `try_get` after the probe says the copy has arrived
+    /// (`pending_probed`; the default).
     OnRead,
+    /// The first reader only (`pending`): the pointer-array GEMMs see the splits only after
+    /// something has read them (e.g. the wgrad of the same layout).
+    ReadOnly,
 }
 
 static SPLIT_COPY: AtomicU8 = AtomicU8::new(u8::MAX);
@@ -43,8 +52,10 @@ pub fn split_copy() -> SplitCopy {
     match SPLIT_COPY.load(Ordering::Relaxed) {
         0 => SplitCopy::Background,
         1 => SplitCopy::OnRead,
+        2 => SplitCopy::ReadOnly,
         _ => match std::env::var("LOWP_SPLIT_COPY").as_deref() {
             Ok("background") => SplitCopy::Background,
+            Ok("read-only") => SplitCopy::ReadOnly,
             _ => SplitCopy::OnRead,
         },
     }
@@ -55,6 +66,7 @@ pub fn set_split_copy(mode: SplitCopy) {
         match mode {
             SplitCopy::Background => 0,
             SplitCopy::OnRead => 1,
+            SplitCopy::ReadOnly => 2,
         },
         Ordering::Relaxed,
     );
@@ -69,9 +81,15 @@ enum Slot<T> {
     Failed(String),
 }
 
+/// Tells, without waiting, whether a pending copy has arrived on the host.
+pub type Arrived = Box<dyn Fn() -> bool + Send + Sync>;
+
 struct Shared<T> {
     slot: Mutex<Slot<T>>,
     arrived: Condvar,
+    /// For a pending copy: whether the device copy has arrived (then `try_get` resolves it,
+    /// which takes no wait).
+    probe: Option<Arrived>,
     /// Whether it has been read (the first read of a device copy is counted in `host_syncs`;
     /// a value the host made is never counted).
     read: AtomicBool,
@@ -133,11 +151,16 @@ fn resolver() -> &'static Mutex<Sender<Box<dyn FnOnce() + Send>>> {
 
 impl<T: Clone + Send + 'static> HostCopy<T> {
     fn with(slot: Slot<T>) -> Self {
+        Self::probed(slot, None)
+    }
+
+    fn probed(slot: Slot<T>, probe: Option<Arrived>) -> Self {
         let from_host = matches!(slot, Slot::Ready(_));
         HostCopy {
             shared: Arc::new(Shared {
                 slot: Mutex::new(slot),
                 arrived: Condvar::new(),
+                probe,
                 read: AtomicBool::new(from_host),
             }),
         }
@@ -151,6 +174,15 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
     /// A value `wait` produces once the device copy has arrived, resolved by its first reader.
     pub fn pending(wait: impl FnOnce() -> Result<T> + Send + 'static) -> Self {
         Self::with(Slot::Pending(Box::new(wait)))
+    }
+
+    /// `pending`, with `arrived` telling without waiting whether the device copy has arrived:
+    /// `try_get` then resolves it (a wait that returns at once) instead of answering `None`.
+    pub fn pending_probed(
+        wait: impl FnOnce() -> Result<T> + Send + 'static,
+        arrived: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self::probed(Slot::Pending(Box::new(wait)), Some(Box::new(arrived)))
     }
 
     /// A value `wait` produces once the device copy has arrived, resolved by the resolver thread
@@ -211,9 +243,21 @@ impl<T: Clone + Send + 'static> HostCopy<T> {
         }
     }
 
-    /// The value if the host holds it already; never waits (and is not a read `host_syncs`
-    /// counts).
+    /// The value if the host holds it already, or (a `pending_probed` copy) if its device copy
+    /// has arrived; never waits for the GPU (and is not a read `host_syncs` counts).
     pub fn try_get(&self) -> Option<T> {
+        let mut slot = self.shared.slot.lock().expect("host copy lock");
+        match &*slot {
+            Slot::Ready(value) => return Some(value.clone()),
+            Slot::Pending(_) if self.shared.probe.as_ref().is_some_and(|arrived| arrived()) => {}
+            _ => return None,
+        }
+        let Slot::Pending(wait) = std::mem::replace(&mut *slot, Slot::Resolving) else {
+            unreachable!("matched above")
+        };
+        // The copy has arrived: its wait returns at once. Run without the lock, as `get` does.
+        drop(slot);
+        self.shared.settle(wait());
         match &*self.shared.slot.lock().expect("host copy lock") {
             Slot::Ready(value) => Some(value.clone()),
             _ => None,
@@ -264,6 +308,31 @@ mod tests {
         assert!(message.contains("broke"), "{message}");
         assert!(failed.get().unwrap_err().to_string().contains("broke"));
         assert_eq!(failed.try_get(), None);
+    }
+
+    #[test]
+    fn probed_copies_resolve_on_try_get_once_the_probe_says_they_arrived() {
+        let arrived = Arc::new(AtomicBool::new(false));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (probe, counted) = (arrived.clone(), calls.clone());
+        let copy = HostCopy::pending_probed(
+            move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(3u32)
+            },
+            move || probe.load(Ordering::SeqCst),
+        );
+        assert_eq!(copy.try_get(), None, "not arrived: try_get must not wait for it");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "nor resolve it");
+        arrived.store(true, Ordering::SeqCst);
+        assert_eq!(copy.try_get(), Some(3));
+        assert_eq!(copy.get().unwrap(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "resolved once");
+        // A failed copy stays failed, whoever resolved it.
+        let failed: HostCopy<u8> =
+            HostCopy::pending_probed(|| Err(LowpError::invalid("read", "x", "broke")), || true);
+        assert_eq!(failed.try_get(), None);
+        assert!(failed.get().unwrap_err().to_string().contains("broke"));
     }
 
     #[test]

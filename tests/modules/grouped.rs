@@ -749,3 +749,45 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
         }
     }
 }
+
+/// The splits' host copy is seen as soon as it has arrived, without a read (CUDA, default
+/// first-reader resolution): a mark on the stream after the copy tells `try_get`, so a grouped
+/// GEMM queued once the GPU has caught up runs its exact batch, and no split read is counted.
+pub fn check_grouped_split_copy_is_seen_once_arrived<B: LowpBackend>(device: &B::Device) {
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupedOperand};
+    use burn_lowp::format::grouped::GroupScaling;
+    let _turn = turn();
+    let case = [300i64, 0, 17, 195];
+    let m = grouped::<B>(&GroupedLinearConfig::new(4, 256, 256), "bf16.json", device);
+    let before = host_syncs();
+    let layout = m.layout(splits::<AD<B>>(&case, device), 512).unwrap();
+    B::sync(device).unwrap();
+    let started = std::time::Instant::now();
+    let host = loop {
+        if let Some(host) = layout.groups.host.try_get() {
+            break host;
+        }
+        assert!(started.elapsed().as_secs() < 10, "the splits' copy was never seen without a read");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    let lens: Vec<usize> = host.groups.iter().map(|g| g.len).collect();
+    assert_eq!(lens, [384, 0, 128, 256], "the aligned groups of the case");
+    let (qx, qw, weight_groups) =
+        expert_operands(&m, &layout, GroupScaling::PerGroup, device, |_, i| ((i % 5) as f32 - 2.0) / 4.0);
+    let x_op = GroupedOperand {
+        tensor: &qx,
+        groups: &layout.groups,
+    };
+    let w_op = GroupedOperand {
+        tensor: &qw,
+        groups: &weight_groups,
+    };
+    let _ = B::lowp_grouped_gemm(GemmKind::Fprop, x_op, w_op, GemmOptions::default()).unwrap();
+    B::sync(device).unwrap();
+    let counts = host_syncs().since(&before);
+    assert_eq!(
+        (counts.exact_batches, counts.bound_batches, counts.split_reads),
+        (1, 0, 0),
+        "an exact batch, and no read of the splits"
+    );
+}
