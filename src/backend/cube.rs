@@ -311,7 +311,7 @@ struct HostRead {
     /// On CUDA, when asked for: a mark after the copies, to tell they have arrived without
     /// waiting (`cublaslt::StreamMark`), set when the device thread queues them.
     #[cfg(feature = "cuda")]
-    mark: Arc<Mutex<Option<super::cublaslt::StreamMark>>>,
+    mark: Option<Arc<Mutex<Option<super::cublaslt::StreamMark>>>>,
 }
 
 
@@ -334,7 +334,7 @@ impl DeviceService for DeviceTasks {
 }
 
 impl HostRead {
-    /// `marked`: also queue a `StreamMark` after the copies (CUDA only; ignored elsewhere).
+    /// `marked`: also queue a `StreamMark` after the copies (on CUDA; ignored elsewhere).
     fn request<R: CubeRuntime>(
         client: ComputeClient<R>,
         device: &R::Device,
@@ -344,38 +344,41 @@ impl HostRead {
         let future = Arc::new(Mutex::new(None));
         let slot = future.clone();
         let queue = DeviceHandle::<DeviceTasks>::new(device.to_id());
+        // (The mark's slot, and the CUDA device it is made on.)
         #[cfg(feature = "cuda")]
-        let mark = Arc::new(Mutex::new(None));
-        #[cfg(feature = "cuda")]
-        let (mark_slot, marked) = (mark.clone(), marked && super::cuda_gemm::is_cuda::<R>());
+        let mark = (marked && super::cuda_gemm::is_cuda::<R>())
+            .then(|| (Arc::new(Mutex::new(None)), super::cuda_gemm::cuda_device::<R>(device)));
         #[cfg(not(feature = "cuda"))]
         let _ = marked;
-        let device_index = device.clone();
+        #[cfg(feature = "cuda")]
+        let task_mark = mark.clone();
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
             #[cfg(feature = "cuda")]
-            if marked {
+            if let Some((mark, device)) = task_mark {
                 let cuda = super::cuda_gemm::cuda_client(&client);
-                let index = super::cuda_gemm::cuda_device::<R>(&device_index);
-                *mark_slot.lock().expect("host read mark") =
-                    super::cublaslt::mark_cubecl_stream(cuda, index);
+                *mark.lock().expect("host read mark") = super::cublaslt::mark_cubecl_stream(cuda, device);
             }
-            let _ = &device_index;
         });
         HostRead {
             future,
             queue,
             #[cfg(feature = "cuda")]
-            mark,
+            mark: mark.map(|(mark, _)| mark),
         }
     }
 
-    /// Whether the copies have arrived, without waiting: false until the device thread has
-    /// queued them and where no mark could be made.
-    #[cfg(feature = "cuda")]
-    fn arrived(mark: &Mutex<Option<super::cublaslt::StreamMark>>) -> bool {
-        mark.lock().expect("host read mark").as_ref().is_some_and(|m| m.reached())
+    /// Whether the copies have arrived, without waiting (`None` where no mark was asked for):
+    /// false until the device thread has queued them, and where no mark could be made.
+    fn arrived(&self) -> Option<super::host_copy::Arrived> {
+        #[cfg(feature = "cuda")]
+        if let Some(mark) = self.mark.clone() {
+            return Some(Box::new(move || {
+                mark.lock().expect("host read mark").as_ref().is_some_and(|m| m.reached())
+            }));
+        }
+        None
     }
 
     /// The read's future; waits for the device thread to reach the request if it has not yet.
@@ -394,11 +397,11 @@ impl HostRead {
     }
 }
 
-/// `LowpBackend::bytes_to_host_later`; `probed`: on CUDA also a probe that tells, without
+/// `LowpBackend::bytes_to_host_later`; `marked`: on CUDA also a probe that tells, without
 /// waiting, whether the copies have arrived (`HostRead`'s mark).
 fn host_read_later<R: CubeRuntime>(
     bytes: Vec<CubeBytes<R>>,
-    probed: bool,
+    marked: bool,
 ) -> (
     Box<dyn FnOnce() -> Result<Vec<Vec<u8>>> + Send>,
     Option<super::host_copy::Arrived>,
@@ -409,14 +412,8 @@ fn host_read_later<R: CubeRuntime>(
     let client = first.client.clone();
     let lens: Vec<usize> = bytes.iter().map(|b| b.len).collect();
     let handles: Vec<Handle> = bytes.iter().map(|b| b.handle.clone()).collect();
-    let pending = HostRead::request(client.clone(), &first.device, handles, probed);
-    #[cfg(feature = "cuda")]
-    let probe: Option<super::host_copy::Arrived> = (probed && super::cuda_gemm::is_cuda::<R>()).then(|| {
-        let mark = pending.mark.clone();
-        Box::new(move || HostRead::arrived(&mark)) as super::host_copy::Arrived
-    });
-    #[cfg(not(feature = "cuda"))]
-    let probe = None;
+    let pending = HostRead::request(client.clone(), &first.device, handles, marked);
+    let arrived = pending.arrived();
     let wait = Box::new(move || {
         let data = burn_lowp_kernels::cubecl::future::block_on(pending.future()?)
             .map_err(|e| LowpError::invalid("device read", "failed", format!("{e:?}")))?;
@@ -427,7 +424,7 @@ fn host_read_later<R: CubeRuntime>(
             .map(|(d, len)| d[..len].to_vec())
             .collect())
     });
-    (wait, probe)
+    (wait, arrived)
 }
 
 /// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
