@@ -475,6 +475,13 @@ pub fn check_grouped_device_splits_path<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// A grouped GEMM's output: a product (not all zeros) in its group rows, the first `cut` values,
+/// and zeros in the rows after the last group.
+fn check_product_then_zero_rows(out: &[f32], cut: usize, what: &str) {
+    assert!(out[..cut].iter().any(|&v| v != 0.0), "{what}: empty product");
+    assert!(out[cut..].iter().all(|&v| v == 0.0), "{what}: rows after the last group are not zero");
+}
+
 /// The graph-safe path sizes its batch by what the host knows when the GEMM is queued (CUDA):
 /// with the splits' host copy arrived it runs exactly the chunks the groups fill and zeroes the
 /// rest of the output, without it the host-known bound of chunks; both give the same numbers,
@@ -529,11 +536,7 @@ pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Devic
                 exact[..cut] == bound[..cut],
                 "{name} {scaling:?} {kind:?}: group rows differ between the exact and the bound batch"
             );
-            assert!(exact[..cut].iter().any(|&v| v != 0.0), "{name} {scaling:?} {kind:?}: empty product");
-            assert!(
-                exact[cut..].iter().all(|&v| v == 0.0),
-                "{name} {scaling:?} {kind:?}: the exact batch left its tail rows unzeroed"
-            );
+            check_product_then_zero_rows(&exact, cut, &format!("{name} {scaling:?} {kind:?}: the exact batch"));
         }
     }
 }
@@ -741,11 +744,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
             let cut = filled * features;
             let err = relative_error(&known[..cut], &before_copy[..cut]);
             assert!(err <= 4e-3, "{name} {kind:?}: {known_path:?} and the pointer array differ by {err:.2e}");
-            assert!(known[..cut].iter().any(|&v| v != 0.0), "{name} {kind:?}: empty product");
-            assert!(
-                known[cut..].iter().all(|&v| v == 0.0),
-                "{name} {kind:?}: {known_path:?} left rows after the last group unzeroed"
-            );
+            check_product_then_zero_rows(&known, cut, &format!("{name} {kind:?}: {known_path:?}"));
         }
     }
 }
