@@ -76,6 +76,16 @@ mod cuda {
         }
     }
 
+    #[test]
+    fn gemm_tuning_file_reuses_algorithms() {
+        if let Some(d) = device() {
+            let index = d.index;
+            crate::suite::check_gemm_tuning_file_reuses_algorithms::<Backend>(&d, move || {
+                burn_lowp::backend::cublaslt::reset_gemm_plans(index).unwrap()
+            });
+        }
+    }
+
     /// GEMMs whose inputs CubeCL writes just before and whose outputs CubeCL reads just after,
     /// ordered by device flags: the results equal those of the host-synchronized ordering, and no
     /// wait kernel timed out.

@@ -327,6 +327,65 @@ fn the_moe_train_command_writes_metrics_a_chart_and_a_table() {
     assert!(MoeTrainArgs::try_parse_from(["moe_train", "--recipe", "a.json", "--compare", "b.json"]).is_err());
 }
 
+/// `--gemm-tuning FILE`: a missing file is created after training, an existing one is loaded
+/// before it (a malformed one is an error naming it, before anything trains); every run and
+/// checkpoint keeps its `gemm-tuning.json`, which loads back.
+#[test]
+fn the_moe_train_command_keeps_gemm_tuning_files() {
+    use burn_lowp::backend::load_gemm_tuning;
+    let _seeded = seeded();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.json");
+    std::fs::write(&config, tiny_config(2, 1, "softmax").to_json()).unwrap();
+    let out = dir.path().join("runs");
+    let tuning = dir.path().join("tuning.json");
+    let args = |tuning: &Path| {
+        MoeTrainArgs::try_parse_from([
+            "moe_train".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--gemm-tuning".as_ref(),
+            tuning.as_os_str(),
+            "--quiet".as_ref(),
+        ])
+        .unwrap()
+    };
+    run::<AD>(&args(&tuning), &Default::default(), None).unwrap();
+    for file in [
+        tuning.clone(),
+        out.join("bf16").join("gemm-tuning.json"),
+        out.join("bf16").join("checkpoint").join("gemm-tuning.json"),
+    ] {
+        assert!(load_gemm_tuning(&file).is_ok(), "{} does not load back", file.display());
+    }
+    // The file now exists: the next run loads it and trains.
+    run::<AD>(&args(&tuning), &Default::default(), None).unwrap();
+
+    let bad = dir.path().join("bad-tuning.json");
+    std::fs::write(&bad, "{\"format\": \"mine\", \"algorithms\": {}}").unwrap();
+    let fresh = dir.path().join("fresh");
+    let err = run::<AD>(
+        &MoeTrainArgs::try_parse_from([
+            "moe_train".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--out".as_ref(),
+            fresh.as_os_str(),
+            "--gemm-tuning".as_ref(),
+            bad.as_os_str(),
+        ])
+        .unwrap(),
+        &Default::default(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("bad-tuning.json") && err.contains("mine"), "{err}");
+    assert!(!fresh.join("bf16").join("metrics.jsonl").exists(), "training started: {err}");
+}
+
 /// `--debug-config`: the shipped debug config runs with the example (statistics of the experts
 /// per expert, AutoswitchGemm samples), its logs parse into the switch summary, and a bad debug
 /// config is an error before anything trains.

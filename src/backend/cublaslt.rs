@@ -45,6 +45,7 @@ use lts::{cublasLtMatmulDescAttributes_t as Attr, cudaDataType_t as DataType};
 
 use super::cube::DeviceTasks;
 use super::gemm_profile::{self as profile, GemmPhase};
+use super::gemm_tuning;
 use crate::error::{LowpError, Result};
 
 /// How a cuBLASLt GEMM is ordered against CubeCL's stream (see the module docs).
@@ -302,6 +303,9 @@ pub struct CublasLt {
     flags: HashMap<u64, StreamFlags>,
     /// Our stream's kernels (NVRTC), compiled on first use.
     kernels: Option<OurKernels>,
+    /// The GPU's name and the cuBLASLt version, which begin this device's keys in the tuning
+    /// table (`gemm_tuning`).
+    tuning_prefix: String,
 }
 
 /// A stream of ours and the cuBLASLt workspace of the GEMMs it runs.
@@ -379,6 +383,11 @@ impl CublasLt {
         let sms = ctx
             .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver_error("multiprocessor count"))?;
+        let tuning_prefix = format!(
+            "{} cublasLt {}",
+            ctx.name().map_err(driver_error("device name"))?,
+            unsafe { lts::cublasLtGetVersion() }
+        );
         let mut instance = CublasLt {
             ctx,
             lanes: Vec::new(),
@@ -388,6 +397,7 @@ impl CublasLt {
             plans: HashMap::new(),
             flags: HashMap::new(),
             kernels: None,
+            tuning_prefix,
         };
         instance.add_lane()?;
         Ok(instance)
@@ -591,11 +601,14 @@ impl CublasLt {
         }
     }
 
-    /// The algorithm for a new GEMM shape: cuBLASLt's heuristic proposes up to `CANDIDATES`;
-    /// each is timed on this very GEMM (a warm-up run, then `TIMED_RUNS` between two events) and
-    /// the fastest is kept. Every run writes the same D (`A·B`, or `A·B + C` from another buffer),
-    /// so the result is the same whichever ran last. One host wait per new shape.
-    /// `LOWP_GEMM_AUTOTUNE=0` keeps the heuristic's first choice (what TE does).
+    /// The algorithm for a new GEMM shape: the tuning table's (`gemm_tuning`: a loaded file or
+    /// an earlier timing) if it holds one that cuBLASLt accepts for this GEMM; else cuBLASLt's
+    /// heuristic proposes up to `CANDIDATES`, each is timed on this very GEMM (a warm-up run, then
+    /// `TIMED_RUNS` between two events), and the fastest is kept and recorded in the table. Every
+    /// run writes the same D (`A·B`, or `A·B + C` from another buffer), so the result is the same
+    /// whichever ran last. One host wait per timed shape. `LOWP_GEMM_AUTOTUNE=0` keeps the
+    /// heuristic's first choice (what TE does); `LOWP_GEMM_AUTOTUNE_LOG=1` prints each choice
+    /// (with the candidates' times) to stderr.
     unsafe fn choose_algo(
         &mut self,
         lane: usize,
@@ -607,6 +620,18 @@ impl CublasLt {
     ) -> Result<lts::cublasLtMatmulAlgo_t> {
         const CANDIDATES: usize = 8;
         const TIMED_RUNS: usize = 3;
+        let timed = g.autotune && std::env::var("LOWP_GEMM_AUTOTUNE").as_deref() != Ok("0");
+        let log = std::env::var_os("LOWP_GEMM_AUTOTUNE_LOG").is_some();
+        let key = format!("{} {:?}", self.tuning_prefix, g.plan_key());
+        if let Some(data) = gemm_tuning::tuned(&key).filter(|_| timed) {
+            let algo = lts::cublasLtMatmulAlgo_t { data };
+            if unsafe { self.accepts(desc, a, b, d, &algo) } {
+                if log {
+                    eprintln!("lowp-autotune {:?} -> the tuning table's", g.plan_key());
+                }
+                return Ok(algo);
+            }
+        }
         let pref = lt::create_matmul_pref().map_err(lt_error("create preference"))?;
         let bytes = self.workspace_size as u64;
         let mut results: [lts::cublasLtMatmulHeuristicResult_t; CANDIDATES] =
@@ -651,17 +676,15 @@ impl CublasLt {
                 format!("{g:?}"),
             ));
         };
-        if candidates.len() == 1
-            || !g.autotune
-            || std::env::var("LOWP_GEMM_AUTOTUNE").as_deref() == Ok("0")
-        {
+        if candidates.len() == 1 || !timed {
             return Ok(first);
         }
         super::host_sync::record_gemm_autotune();
         let timing = Some(cuda::CUevent_flags::CU_EVENT_DEFAULT);
         let stream = self.lanes[lane].stream.clone();
-        let mut best = (f32::INFINITY, first);
-        for algo in candidates {
+        let mut best = (f32::INFINITY, first, 0usize);
+        let mut times = Vec::new();
+        for (index, algo) in candidates.into_iter().enumerate() {
             if unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_err() {
                 continue;
             }
@@ -670,11 +693,34 @@ impl CublasLt {
                 .all(|_| unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_ok());
             let end = stream.record_event(timing).map_err(driver_error("event"))?;
             let ms = start.elapsed_ms(&end).map_err(driver_error("event time"))?;
+            times.push(ms);
             if ran && ms < best.0 {
-                best = (ms, algo);
+                best = (ms, algo, index);
             }
         }
+        if log {
+            eprintln!("lowp-autotune {:?} -> candidate {} ms {:?}", g.plan_key(), best.2, times);
+        }
+        gemm_tuning::record_tuned(key, best.1.data);
         Ok(best.1)
+    }
+
+    /// Whether cuBLASLt can run `algo` for this GEMM within our workspace (an algorithm from a
+    /// tuning file is checked before use).
+    unsafe fn accepts(
+        &self,
+        desc: lts::cublasLtMatmulDesc_t,
+        a: lts::cublasLtMatrixLayout_t,
+        b: lts::cublasLtMatrixLayout_t,
+        d: lts::cublasLtMatrixLayout_t,
+        algo: &lts::cublasLtMatmulAlgo_t,
+    ) -> bool {
+        let mut result: lts::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        let status =
+            unsafe { lts::cublasLtMatmulAlgoCheck(self.handle, desc, a, b, d, d, algo, &mut result) };
+        status == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            && result.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            && result.workspaceSize <= self.workspace_size
     }
 
     unsafe fn matmul(
@@ -1108,6 +1154,22 @@ pub fn mark_cubecl_stream(client: &ComputeClient<CudaRuntime>, device: usize) ->
         })
     })
     .ok()
+}
+
+/// Drops device `device`'s cached GEMM plans (descriptors, layouts and chosen algorithms), so
+/// that the next GEMM of each shape chooses again: from the tuning table (`gemm_tuning`, e.g. a
+/// file loaded since) or by timing. Runs on CubeCL's device thread, after what is queued there.
+pub fn reset_gemm_plans(device: usize) -> Result<()> {
+    device_thread(device)
+        .submit_blocking(move |_: &mut DeviceTasks| {
+            CublasLt::with(device, |lt| {
+                for (_, plan) in lt.plans.drain() {
+                    unsafe { Plan::destroy(plan.desc, &[plan.a, plan.b, plan.d]) };
+                }
+                Ok(())
+            })
+        })
+        .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?
 }
 
 /// Runs a GEMM on CubeCL buffers. `buffers` are every buffer the GEMM reads or writes; `build`

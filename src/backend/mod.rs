@@ -31,6 +31,7 @@ pub mod cuda_grouped;
 pub mod device;
 pub mod gemm;
 pub mod gemm_profile;
+pub mod gemm_tuning;
 pub mod grouped;
 pub mod host_copy;
 pub mod host_sync;
@@ -38,6 +39,7 @@ pub mod norm_act;
 
 pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
 pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
+pub use gemm_tuning::{load_gemm_tuning, save_gemm_tuning};
 pub use grouped::{
     per_group_pays, BatchedOperands, GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup,
 };

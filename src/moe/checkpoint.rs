@@ -1,8 +1,10 @@
 //! Checkpoints of a training run: the model record (parameters, delayed-scaling scales and amax
 //! histories, router biases), the optimizer record (AdamW moments and step counts), and
 //! `state.json` (next step, seed, the run config and recipe it was trained with, the
-//! stochastic-rounding stream positions). The data position is the step (see `data.rs`), so these
-//! are everything a resumed run needs to continue exactly as the uninterrupted one.
+//! stochastic-rounding stream positions), and the GEMM algorithm choices (`gemm-tuning.json`, so
+//! the resumed run's GEMMs sum in the same order on CUDA). The data position is the step (see
+//! `data.rs`), so these are everything a resumed run needs to continue exactly as the
+//! uninterrupted one.
 //! Written to a temporary directory and renamed, so an interrupted save leaves the previous one.
 
 use std::path::{Path, PathBuf};
@@ -29,6 +31,19 @@ pub struct CheckpointState {
     pub quantize_calls: Vec<u64>,
 }
 
+/// The checkpoint's GEMM algorithm choices (`backend::gemm_tuning`).
+pub const TUNING_FILE: &str = "gemm-tuning.json";
+
+/// Loads the checkpoint's GEMM algorithm choices, if it has them (older checkpoints do not), so
+/// that the resumed run's GEMMs use the algorithms the interrupted run used.
+pub fn load_tuning(dir: &Path) -> Result<(), LowpError> {
+    let path = dir.join(TUNING_FILE);
+    if path.is_file() {
+        crate::backend::load_gemm_tuning(&path)?;
+    }
+    Ok(())
+}
+
 fn recorder() -> BinFileRecorder<FullPrecisionSettings> {
     BinFileRecorder::new()
 }
@@ -50,6 +65,8 @@ where
         .map_err(|e| LowpError::file(staging.join("optimizer.bin"), e))?;
     let json = serde_json::to_string_pretty(state).expect("checkpoint state serializes");
     std::fs::write(staging.join("state.json"), json).map_err(|e| LowpError::file(staging.join("state.json"), e))?;
+    // The GEMM algorithms the run uses, so that the resumed run sums as this one does.
+    crate::backend::save_gemm_tuning(staging.join(TUNING_FILE))?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&staging, dir).map_err(|e| LowpError::file(dir, e))
 }

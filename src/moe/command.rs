@@ -13,7 +13,7 @@ use super::run_config::RunConfig;
 use super::train::{train, RunSummary, TrainRun};
 use crate::debug::{DebugConfig, DebugSummary};
 use crate::error::LowpError;
-use crate::backend::LowpBackend;
+use crate::backend::{load_gemm_tuning, save_gemm_tuning, LowpBackend};
 use crate::ops::LowpLinear;
 use crate::recipe::Recipe;
 
@@ -64,6 +64,13 @@ pub struct MoeTrainArgs {
     /// `--features host-profile`.
     #[arg(long, conflicts_with = "report")]
     pub host_profile: Option<PathBuf>,
+    /// GEMM algorithm choices (`burn_lowp::backend::gemm_tuning`): loaded before training if the
+    /// file exists, written after it (every choice of the process). Runs with the same file on the
+    /// same GPU and cuBLASLt version repeat bit for bit; without one, each run times the
+    /// candidates again and may keep others. Each run also writes its choices to
+    /// `<out>/<recipe>/gemm-tuning.json`, and checkpoints keep them for `--resume`.
+    #[arg(long, conflicts_with = "report")]
+    pub gemm_tuning: Option<PathBuf>,
     /// Train nothing: draw the chart and write the table from the runs already in --out (each
     /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
     #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
@@ -157,6 +164,10 @@ where
         (None, true) => vec![("bf16".into(), Recipe::from_json(r#"{"recipe": "bf16"}"#)?)],
     };
     let debug = args.debug_config.as_ref().map(DebugConfig::load).transpose()?;
+    if let Some(path) = args.gemm_tuning.as_ref().filter(|p| p.exists()) {
+        let count = load_gemm_tuning(path)?;
+        println!("GEMM tuning: {count} algorithm choices from {}", path.display());
+    }
     let mut labels: Vec<&str> = recipes.iter().map(|r| r.0.as_str()).collect();
     labels.sort();
     labels.dedup();
@@ -217,6 +228,7 @@ where
         let path = args.out.join(name).join("summary.json");
         let json = serde_json::to_string_pretty(&summary).expect("summary serializes");
         std::fs::write(&path, json).map_err(|e| LowpError::file(&path, e))?;
+        save_gemm_tuning(args.out.join(name).join("gemm-tuning.json"))?;
         println!(
             "{}: {} parameters, final loss {:.4}, held-out {:.4}, {:.0} tokens/s",
             name, summary.num_params, summary.final_loss, summary.eval_loss, summary.tokens_per_s
@@ -236,6 +248,10 @@ where
         summaries.push(summary);
     }
 
+    if let Some(path) = &args.gemm_tuning {
+        let count = save_gemm_tuning(path)?;
+        println!("GEMM tuning: {count} algorithm choices written to {}", path.display());
+    }
     write_report(&args.out, &summaries)?;
     Ok(summaries)
 }

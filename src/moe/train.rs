@@ -268,6 +268,7 @@ where
             ));
         }
         (model, optim) = checkpoint::restore(dir, model, optim, &state, device)?;
+        checkpoint::load_tuning(dir)?;
         first_step = state.next_step;
     }
     let save = |model: &MoeLm<B>, optim: &_, next_step: usize| {

@@ -1017,3 +1017,52 @@ macro_rules! module_suite {
     };
 }
 pub(crate) use module_suite;
+
+/// GEMM tuning (CUDA): a shape's first GEMM times the candidate algorithms (one autotune); with
+/// the plans dropped (`reset_plans`) and the tuning file that run saved loaded, the same GEMM
+/// takes the file's algorithm without timing and gives the same bits.
+pub fn check_gemm_tuning_file_reuses_algorithms<B: LowpBackend>(device: &B::Device, reset_plans: impl Fn()) {
+    use burn_lowp::backend::{host_syncs, load_gemm_tuning, save_gemm_tuning};
+    // A shape no other test uses, FP8 (whose candidates differ most) and BF16.
+    let (m, n, k) = (1152, 896, 1664);
+    let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), device);
+    let w = Tensor::<B, 2>::random([n, k], Distribution::Normal(0.0, 1.0), device);
+    let call = QuantizeCall::<B>::new(0);
+    let specs = [
+        QuantizerSpec::Fp8Current {
+            fp8: Fp8Format::E4M3,
+            pow2_scales: false,
+            amax_epsilon: 0.0,
+        },
+        QuantizerSpec::Identity {
+            dtype: IdentityDtype::Bf16,
+        },
+    ];
+    let gemms = || -> Vec<Vec<f32>> {
+        specs
+            .iter()
+            .map(|spec| {
+                let q = |t: &Tensor<B, 2>| {
+                    quantize::<B>(t.clone().into_primitive().tensor(), spec, Usage::ROWWISE, false, &call).unwrap()
+                };
+                values(f32_tensor::<B, 2>(
+                    B::lowp_gemm(GemmKind::Fprop, &q(&x), &q(&w), GemmOptions::default()).unwrap(),
+                ))
+            })
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gemm-tuning.json");
+    let before = host_syncs();
+    let timed = gemms();
+    assert_eq!(host_syncs().since(&before).gemm_autotunes, 2, "each new shape is timed once");
+    assert!(save_gemm_tuning(&file).unwrap() >= 2);
+    reset_plans();
+    assert!(load_gemm_tuning(&file).unwrap() >= 2);
+    let before = host_syncs();
+    let from_file = gemms();
+    assert_eq!(host_syncs().since(&before).gemm_autotunes, 0, "the file's algorithms are not timed again");
+    for (spec, (a, b)) in specs.iter().zip(timed.iter().zip(&from_file)) {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "{spec:?}: other bits with the file's algorithm");
+    }
+}
