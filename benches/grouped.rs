@@ -22,7 +22,9 @@
 //!   `current_scaling_shared` also with the splits' copy taken by the resolver thread
 //!   (`_background`, `LOWP_SPLIT_COPY=background`), and with it taken only by its first reader
 //!   (`_read_only`, `LOWP_SPLIT_COPY=read-only`) rather than also once the stream mark says it
-//!   has arrived (the default).
+//!   has arrived (the default); and `_padded_copy`: the token rows padded into the aligned
+//!   layout by a row gather before `forward_aligned` (the module's path before its FP8 cast read
+//!   the packed rows through the layout's row map).
 //! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
@@ -34,7 +36,7 @@ use cases::{recipe, selected};
 use timing::{sync, time};
 
 use burn::backend::Autodiff;
-use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::{
     host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedGemmPath, GroupedOperand, Groups,
@@ -44,6 +46,7 @@ use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
 use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::GroupedLinearConfig;
+use burn_lowp::ops::{LowpLinear, RowMove};
 use burn_lowp::quant::grouped::quantize_grouped;
 use burn_lowp::quant::{IdentityDtype, QuantizedTensor, QuantizerSpec};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
@@ -261,21 +264,26 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
         .require_grad();
         use burn_lowp::backend::host_copy::{set_split_copy, SplitCopy};
         let on_read = SplitCopy::OnRead;
-        for (name, file, scaling, split_copy) in [
-            ("bf16", "bf16", GroupScaling::PerGroup, on_read),
-            ("current_scaling", "current_scaling", GroupScaling::PerGroup, on_read),
-            ("current_scaling_shared", "current_scaling", GroupScaling::Shared, on_read),
-            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup, on_read),
-            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared, on_read),
-            ("block_scaling", "block_scaling", GroupScaling::PerGroup, on_read),
-            ("mxfp8", "mxfp8", GroupScaling::PerGroup, on_read),
+        for (name, file, scaling, split_copy, padded_copy) in [
+            ("bf16", "bf16", GroupScaling::PerGroup, on_read, false),
+            ("current_scaling", "current_scaling", GroupScaling::PerGroup, on_read, false),
+            ("current_scaling_shared", "current_scaling", GroupScaling::Shared, on_read, false),
+            ("delayed_scaling", "delayed_scaling", GroupScaling::PerGroup, on_read, false),
+            ("delayed_scaling_shared", "delayed_scaling", GroupScaling::Shared, on_read, false),
+            ("block_scaling", "block_scaling", GroupScaling::PerGroup, on_read, false),
+            ("mxfp8", "mxfp8", GroupScaling::PerGroup, on_read, false),
             // The splits' copy taken by the resolver thread as soon as it arrives: exact batches.
-            ("bf16_background", "bf16", GroupScaling::PerGroup, SplitCopy::Background),
-            ("current_scaling_shared_background", "current_scaling", GroupScaling::Shared, SplitCopy::Background),
+            ("bf16_background", "bf16", GroupScaling::PerGroup, SplitCopy::Background, false),
+            ("current_scaling_shared_background", "current_scaling", GroupScaling::Shared, SplitCopy::Background, false),
             // Taken only by its first reader (no stream mark): fprop and dgrad never see it.
-            ("bf16_read_only", "bf16", GroupScaling::PerGroup, SplitCopy::ReadOnly),
-            ("current_scaling_read_only", "current_scaling", GroupScaling::PerGroup, SplitCopy::ReadOnly),
-            ("current_scaling_shared_read_only", "current_scaling", GroupScaling::Shared, SplitCopy::ReadOnly),
+            ("bf16_read_only", "bf16", GroupScaling::PerGroup, SplitCopy::ReadOnly, false),
+            ("current_scaling_read_only", "current_scaling", GroupScaling::PerGroup, SplitCopy::ReadOnly, false),
+            ("current_scaling_shared_read_only", "current_scaling", GroupScaling::Shared, SplitCopy::ReadOnly, false),
+            // The token rows padded into the aligned layout by a row gather first (a padded copy
+            // in memory), as the module did before its FP8 cast read the packed rows itself.
+            ("bf16_padded_copy", "bf16", GroupScaling::PerGroup, on_read, true),
+            ("current_scaling_padded_copy", "current_scaling", GroupScaling::PerGroup, on_read, true),
+            ("current_scaling_shared_padded_copy", "current_scaling", GroupScaling::Shared, on_read, true),
         ] {
             let case = format!("grouped_linear_step {name} {dist}");
             if !selected(&case) {
@@ -286,8 +294,24 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                 .with_fp8_scales(scaling)
                 .init::<AD>(&recipe(&format!("{file}.json")), device)
                 .expect("grouped linear");
+            fn move_rows(
+                t: Tensor<Autodiff<B>, 2>,
+                layout: &GroupLayout<B>,
+                direction: RowMove,
+            ) -> Tensor<Autodiff<B>, 2> {
+                Tensor::from_primitive(TensorPrimitive::Float(
+                    <Autodiff<B> as LowpLinear>::lowp_move_rows(t.into_primitive().tensor(), layout, direction),
+                ))
+            }
             let step = || {
-                let y = module.forward(x.clone(), m_splits.clone()).expect("forward");
+                let y = if padded_copy {
+                    let layout = module.layout(m_splits.clone(), tokens).expect("layout");
+                    let aligned = move_rows(x.clone(), &layout, RowMove::Pad);
+                    let y = module.forward_aligned(aligned, &layout, None).expect("forward");
+                    move_rows(y, &layout, RowMove::Unpad)
+                } else {
+                    module.forward(x.clone(), m_splits.clone()).expect("forward")
+                };
                 let grads = y.backward();
                 let _ = module.weight.grad(&grads);
                 module.end_step();

@@ -98,12 +98,15 @@ pub fn group_amax_kernel(
     input: &Array<u32>,
     group_start: &Array<u32>,
     group_rows: &Array<u32>,
+    row_index: &Array<u32>,
     out_rowwise: &mut Array<Atomic<u32>>,
     out_rht: &mut Array<Atomic<u32>>,
     cols: usize,
     groups: usize,
+    src_rows: usize,
     #[comptime] kind: ElemKind,
     #[comptime] rht: bool,
+    #[comptime] gathered: bool,
 ) {
     let row0 = CUBE_POS_Y as usize * GROUP_AMAX_ROWS;
     let g = find_group(group_start, groups, row0);
@@ -118,7 +121,21 @@ pub fn group_amax_kernel(
         if col0 < cols {
             #[unroll]
             for i in 0..16usize {
-                let (x, y) = load_pair(input, (row0 + i) * cols + col0, kind);
+                // Gathered: row `row_index[r]` of the packed input, zeros past its last row.
+                let mut x = 0.0f32;
+                let mut y = 0.0f32;
+                if comptime![gathered] {
+                    let src = usize::cast_from(row_index[row0 + i]);
+                    if src < src_rows {
+                        let (p, q) = load_pair(input, src * cols + col0, kind);
+                        x = p;
+                        y = q;
+                    }
+                } else {
+                    let (p, q) = load_pair(input, (row0 + i) * cols + col0, kind);
+                    x = p;
+                    y = q;
+                }
                 a[i] = x;
                 b[i] = y;
                 let m = max(abs_bits_for_amax(x), abs_bits_for_amax(y));

@@ -44,6 +44,10 @@ pub struct Fp8CastConfig {
     /// Grouped: one scale for every group, made from all groups' sources (the largest amax, or
     /// the smallest delayed scale), so that a grouped GEMM can apply it as one per-tensor scale.
     pub shared_scale: bool,
+    /// Row r of the matrix is row `row_index[r]` of `input` (`[src_rows, cols]`), or a zero row
+    /// where that is `src_rows` or more: the grouped cast reads a packed token batch through its
+    /// aligned layout's row map, so the padded copy is never written. Otherwise row r is row r.
+    pub gathered: bool,
     pub encoder: Fp8Encoder,
 }
 
@@ -55,6 +59,7 @@ pub fn fp8_cast_kernel<N: Size>(
     scale_source: &Array<u32>,
     group_start: &Array<u32>,
     group_rows: &Array<u32>,
+    row_index: &Array<u32>,
     rowwise: &mut Array<u32>,
     columnwise: &mut Array<u32>,
     scale_inv_out: &mut Array<u32>,
@@ -62,6 +67,7 @@ pub fn fp8_cast_kernel<N: Size>(
     rows: usize,
     cols: usize,
     groups: usize,
+    src_rows: usize,
     #[comptime] config: Fp8CastConfig,
 ) {
     let unit = UNIT_POS as usize;
@@ -121,13 +127,25 @@ pub fn fp8_cast_kernel<N: Size>(
         let mut values = Array::<f32>::new(32usize);
         #[unroll]
         for i in 0..4usize {
-            load_chunk::<N>(
-                input,
-                (row0 + i) * cols + col0,
-                &mut values,
-                i * 8,
-                config.kind,
-            );
+            if comptime![config.gathered] {
+                let src = usize::cast_from(row_index[row0 + i]);
+                if src < src_rows {
+                    load_chunk::<N>(input, src * cols + col0, &mut values, i * 8, config.kind);
+                } else {
+                    #[unroll]
+                    for j in 0..8usize {
+                        values[i * 8 + j] = 0.0f32;
+                    }
+                }
+            } else {
+                load_chunk::<N>(
+                    input,
+                    (row0 + i) * cols + col0,
+                    &mut values,
+                    i * 8,
+                    config.kind,
+                );
+            }
         }
         let mut codes = Array::<u32>::new(32usize);
         #[unroll]

@@ -171,6 +171,31 @@ impl RowGroups<'_> {
     }
 }
 
+/// A matrix read through a row map: its row r is row `index[r]` (u32 or non-negative i32, one
+/// per row of the matrix) of the source, whose `InputMatrix::rows` are then the source's
+/// (`src_rows`), or a zero row where `index[r] >= src_rows`. The grouped FP8 per-tensor cast
+/// reads a packed token batch this way straight into its aligned layout
+/// (`GroupLayout::aligned_to_packed`), so the padded copy is never written.
+#[derive(Clone, Copy)]
+pub struct RowGather<'a> {
+    pub index: &'a Handle,
+    /// Rows of the matrix the kernel sees (the index's length).
+    pub rows: usize,
+}
+
+/// The matrix a kernel sees (`rows` from the gather) and the row-map arguments: the index (a
+/// dummy without gather) and the source's row count.
+fn gather_args<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    gather: Option<RowGather>,
+) -> (usize, ArrayArg<R>, usize) {
+    match gather {
+        Some(g) => (g.rows, arg(g.index, g.rows), x.rows),
+        None => (x.rows, arg(&dummy(client), 1), x.rows),
+    }
+}
+
 /// Group arrays and count of an optional grouping (dummies and 1 for an ungrouped matrix).
 fn group_args<R: Runtime>(
     client: &ComputeClient<R>,
@@ -333,32 +358,47 @@ pub fn group_amax<R: Runtime>(
     groups: RowGroups,
     rht: bool,
 ) -> Result<(Handle, Handle), KernelError> {
-    x.require_blocks(GROUP_AMAX_ROWS, 8, "grouped amax")?;
+    group_amax_gathered(client, x, groups, rht, None)
+}
+
+/// `group_amax` of the matrix `x` read through `gather` (`RowGather`).
+pub fn group_amax_gathered<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    groups: RowGroups,
+    rht: bool,
+    gather: Option<RowGather>,
+) -> Result<(Handle, Handle), KernelError> {
+    let (rows, row_index, src_rows) = gather_args(client, x, gather);
+    InputMatrix { rows, ..x }.require_blocks(GROUP_AMAX_ROWS, 8, "grouped amax")?;
     let rowwise = filled(client, groups.count, 0);
     let post_rht = if rht {
         filled(client, groups.count, 0)
     } else {
         dummy(client)
     };
-    let (start, rows) = groups.args();
+    let (start, group_rows) = groups.args();
     unsafe {
         group_amax_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(
                 ceil_div(x.cols, GROUP_AMAX_COLS) as u32,
-                (x.rows / GROUP_AMAX_ROWS) as u32,
+                (rows / GROUP_AMAX_ROWS) as u32,
                 1,
             ),
             CubeDim::new_1d(AMAX_UNITS as u32),
             arg(x.handle, x.words()),
             start,
-            rows,
+            group_rows,
+            row_index,
             arg(&rowwise, groups.count),
             arg(&post_rht, groups.count),
             x.cols,
             groups.count,
+            src_rows,
             x.kind,
             rht,
+            gather.is_some(),
         )
     };
     Ok((rowwise, post_rht))
@@ -400,8 +440,33 @@ pub fn quantize_fp8_tensor<R: Runtime>(
     groups: Option<RowGroups>,
     shared_scale: bool,
 ) -> Result<QuantizeOutput, KernelError> {
-    x.require_blocks(16, 16, "FP8 per-tensor kernels")?;
-    require_grouped_rows(&x, groups)?;
+    quantize_fp8_tensor_gathered(client, x, fp8, scaling, directions, groups, shared_scale, None)
+}
+
+/// `quantize_fp8_tensor` of the matrix `x` read through `gather` (`RowGather`; grouped only): the
+/// same codes, scales and amaxes as gathering the rows first, in one read of `x` for the amax
+/// and one for the cast.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_fp8_tensor_gathered<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    fp8: Fp8Kind,
+    scaling: TensorScaling,
+    directions: Directions,
+    groups: Option<RowGroups>,
+    shared_scale: bool,
+    gather: Option<RowGather>,
+) -> Result<QuantizeOutput, KernelError> {
+    require(
+        gather.is_none() || groups.is_some(),
+        "a row gather without groups".to_string(),
+        "only the grouped FP8 per-tensor cast reads through a row map",
+    )?;
+    let (rows, row_index, src_rows) = gather_args(client, x, gather);
+    // The matrix the kernels see (the source keeps its own rows for the argument's length).
+    let seen = InputMatrix { rows, ..x };
+    seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    require_grouped_rows(&seen, groups)?;
     require(
         !shared_scale || groups.is_some(),
         "shared scale without groups".to_string(),
@@ -411,7 +476,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
             let amax = match groups {
-                Some(g) => group_amax(client, x, g, false)?.0,
+                Some(g) => group_amax_gathered(client, x, g, false, gather)?.0,
                 None => amax(client, x)?,
             };
             (amax.clone(), true, rule, amax)
@@ -427,7 +492,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
             (scale.clone(), false, rule, filled(client, count, 0))
         }
     };
-    let n = x.rows * x.cols;
+    let n = rows * x.cols;
     let rowwise = if directions.rowwise {
         client.empty(n)
     } else {
@@ -449,6 +514,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
         record_amax: !from_amax,
         grouped: groups.is_some(),
         shared_scale,
+        gathered: gather.is_some(),
         encoder: fp8_encoder(client),
     };
     let (group_start, group_rows, count) = group_args(client, groups);
@@ -457,7 +523,7 @@ pub fn quantize_fp8_tensor<R: Runtime>(
             client,
             CubeCount::Static(
                 ceil_div(x.cols, FP8_TILE_COLS) as u32,
-                ceil_div(x.rows, FP8_TILE_ROWS) as u32,
+                ceil_div(rows, FP8_TILE_ROWS) as u32,
                 1,
             ),
             CubeDim::new_1d(FP8_UNITS as u32),
@@ -466,13 +532,15 @@ pub fn quantize_fp8_tensor<R: Runtime>(
             arg(&scale_source, count),
             group_start,
             group_rows,
+            row_index,
             arg(&rowwise, n / 4),
             arg(&columnwise, n / 4),
             arg(&scale_inv, count),
             arg(&amax_out, count),
-            x.rows,
+            rows,
             x.cols,
             count,
+            src_rows,
             config,
         )
     };

@@ -1059,6 +1059,100 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         Ok(if shared { q.with_shared_scale() } else { q })
     }
 
+    /// One amax pass and one cast that read the packed rows through `aligned_to_packed`
+    /// (`kernels::RowGather`): the codes, scales and amaxes of padding, then quantizing.
+    fn quantize_fp8_grouped_padded(
+        x: FloatTensor<Self>,
+        layout: &GroupLayout<Self>,
+        scaling: super::GroupedFp8Scaling<Self>,
+        usage: Usage,
+        group_scaling: GroupScaling,
+    ) -> Result<QuantizedTensor<Self>> {
+        super::grouped::check_packed_rows(&x, layout)?;
+        let (rows, cols) = (layout.rows(), x.shape()[1]);
+        let fp8 = match &scaling {
+            super::GroupedFp8Scaling::Current(c) => c.fp8,
+            super::GroupedFp8Scaling::Delayed { fp8, .. } => *fp8,
+        };
+        let format = QuantFormat::Fp8Tensor { fp8 };
+        check_shape("input", rows, cols, &format)?;
+        check_grouped_rows(rows, &layout.groups)?;
+        let kind = elem_kind(x.dtype, "input")?;
+        let shared = group_scaling == GroupScaling::Shared;
+        let x = prepare(x);
+        let index = i32_labels::<R, F, I, BT>(layout.aligned_to_packed.clone());
+        let (client, device) = (x.client.clone(), x.device.clone());
+        let input = InputMatrix {
+            handle: &x.handle,
+            rows: layout.tokens,
+            cols,
+            kind,
+        };
+        let gather = Some(kernels::RowGather {
+            index: &index.handle,
+            rows,
+        });
+        let row_groups = Some(RowGroups {
+            start: &layout.groups.start.handle,
+            rows: &layout.groups.len.handle,
+            count: layout.groups.count,
+        });
+        let directions = Directions {
+            rowwise: usage.rowwise,
+            columnwise: usage.columnwise,
+        };
+        let out = match &scaling {
+            super::GroupedFp8Scaling::Current(c) => {
+                let rule = ScaleRule {
+                    fp8: fp8_kind(c.fp8),
+                    pow2: c.pow2_scales,
+                    epsilon_bits: c.amax_epsilon.to_bits(),
+                    value_for_inf_bits: f32::MAX.to_bits(),
+                };
+                kernels::quantize_fp8_tensor_gathered(
+                    &client,
+                    input,
+                    rule.fp8,
+                    kernels::TensorScaling::Current { rule },
+                    directions,
+                    row_groups,
+                    shared,
+                    gather,
+                )
+            }
+            super::GroupedFp8Scaling::Delayed { scales, .. } => {
+                if scales.dtype != DType::F32
+                    || scales.shape().num_elements() != layout.groups.count
+                {
+                    return Err(LowpError::shape(
+                        "scales",
+                        format!("{:?} {:?}", scales.dtype, scales.shape().as_slice()),
+                        format!(
+                            "one f32 delayed-scaling scale per group ({})",
+                            layout.groups.count
+                        ),
+                    ));
+                }
+                let scales = into_contiguous(scales.clone());
+                kernels::quantize_fp8_tensor_gathered(
+                    &client,
+                    input,
+                    fp8_kind(fp8),
+                    kernels::TensorScaling::Delayed {
+                        scale: &scales.handle,
+                    },
+                    directions,
+                    row_groups,
+                    shared,
+                    gather,
+                )
+            }
+        }
+        .map_err(kernel_error("input"))?;
+        let q = wrap(&client, &device, out, format, (rows, cols), false, layout.groups.count);
+        Ok(if shared { q.with_shared_scale() } else { q })
+    }
+
     fn lowp_grouped_gemm(
         kind: super::GemmKind,
         a: GroupedOperand<Self>,

@@ -7,13 +7,16 @@
 use std::ops::Range;
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorPrimitive};
+use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorMetadata, TensorPrimitive};
 
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
-use crate::format::grouped::{group_ranges, SplitStatus};
-use crate::format::{codes_shape, scales_shape, Direction};
+use crate::format::grouped::{group_ranges, GroupScaling, SplitStatus};
+use crate::format::{
+    codes_shape, scales_shape, Direction, FormatConfig, Fp8CurrentScaling, Fp8Format, Usage,
+};
+use crate::ops::RowMove;
 use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 pub use crate::format::grouped::{aligned_rows, RowGroup, GROUP_ALIGN};
@@ -235,6 +238,60 @@ pub fn dequantize_group_by_group<B: LowpBackend>(
     } else {
         B::float_cat(parts, 0)
     })
+}
+
+/// Where the FP8 per-tensor scales of a grouped quantization come from
+/// (`LowpBackend::quantize_fp8_grouped_padded`).
+#[derive(Debug, Clone)]
+pub enum GroupedFp8Scaling<B: LowpBackend> {
+    /// Current scaling: each group's amax (or under `GroupScaling::Shared` the largest).
+    Current(Fp8CurrentScaling),
+    /// Delayed scaling: one f32 scale per group (`[groups]`).
+    Delayed { fp8: Fp8Format, scales: FloatTensor<B> },
+}
+
+/// `LowpBackend::quantize_fp8_grouped_padded` by its definition: the packed rows padded into the
+/// aligned layout (`move_rows`), then the grouped quantize.
+pub fn quantize_fp8_padded_after_move<B: LowpBackend>(
+    x: FloatTensor<B>,
+    layout: &GroupLayout<B>,
+    scaling: GroupedFp8Scaling<B>,
+    usage: Usage,
+    group_scaling: GroupScaling,
+) -> Result<QuantizedTensor<B>> {
+    check_packed_rows(&x, layout)?;
+    let aligned = crate::ops::grouped_rows::move_rows::<B>(x, layout, RowMove::Pad);
+    match scaling {
+        GroupedFp8Scaling::Current(config) => B::lowp_quantize_grouped(
+            aligned,
+            &layout.groups,
+            &FormatConfig::Fp8Current(config),
+            usage,
+            group_scaling,
+        ),
+        GroupedFp8Scaling::Delayed { fp8, scales } => B::quantize_fp8_with_scale_grouped(
+            aligned,
+            fp8,
+            scales,
+            &layout.groups,
+            usage,
+            group_scaling,
+        ),
+    }
+}
+
+/// `x` is the packed `[layout.tokens, cols]` batch of `layout`.
+pub fn check_packed_rows<B: LowpBackend>(x: &FloatTensor<B>, layout: &GroupLayout<B>) -> Result<()> {
+    let shape = x.shape();
+    let dims = shape.as_slice();
+    if dims.len() != 2 || dims[0] != layout.tokens {
+        return Err(LowpError::shape(
+            "packed input",
+            format!("{dims:?}"),
+            format!("the [{}, cols] token rows of its layout", layout.tokens),
+        ));
+    }
+    Ok(())
 }
 
 /// One operand of a grouped GEMM: a grouped tensor and its groups. For fprop and dgrad, operand

@@ -41,7 +41,8 @@ pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
 pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
 pub use gemm_tuning::{load_gemm_tuning, save_gemm_tuning};
 pub use grouped::{
-    per_group_pays, BatchedOperands, GroupLayout, GroupedGemmPath, GroupedOperand, Groups, RowGroup,
+    per_group_pays, BatchedOperands, GroupLayout, GroupedFp8Scaling, GroupedGemmPath,
+    GroupedOperand, Groups, RowGroup,
 };
 pub use host_sync::{host_syncs, HostSyncs};
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
@@ -134,6 +135,22 @@ pub trait LowpBackend: Backend {
         usage: Usage,
         scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>>;
+
+    /// FP8 per-tensor grouped quantization of the packed token rows `x [layout.tokens, cols]`
+    /// in `layout`'s aligned layout: exactly `lowp_quantize_grouped` (current scaling) or
+    /// `quantize_fp8_with_scale_grouped` (delayed) of the padded batch
+    /// `move_rows(x, layout, RowMove::Pad)`. The default pads, then quantizes; CubeBackend's
+    /// amax and cast kernels read `x` through the layout's row map, so the padded copy is never
+    /// written (a GroupedLinear forward saves a write and a read of its input).
+    fn quantize_fp8_grouped_padded(
+        x: FloatTensor<Self>,
+        layout: &GroupLayout<Self>,
+        scaling: grouped::GroupedFp8Scaling<Self>,
+        usage: Usage,
+        group_scaling: GroupScaling,
+    ) -> Result<QuantizedTensor<Self>> {
+        grouped::quantize_fp8_padded_after_move(x, layout, scaling, usage, group_scaling)
+    }
 
     /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The
     /// default runs each group's GEMM on the host-known groups (`grouped_gemm_per_group`); CUDA

@@ -36,7 +36,7 @@ type LowpResult<T> = std::result::Result<T, LowpError>;
 use crate::debug::LayerDebug;
 use crate::format::grouped::{uniform_groups, GroupScaling, GROUP_ALIGN};
 use crate::ops::grouped_linear::{run_wgrad, ExpertsDebug};
-use crate::ops::{BackwardErrors, LowpLinear, PendingWgrad, RowMove, WgradTarget};
+use crate::ops::{BackwardErrors, InputRows, LowpLinear, PendingWgrad, RowMove, WgradTarget};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
 
 #[derive(Config, Debug)]
@@ -235,8 +235,8 @@ impl<B: LowpLinear> GroupedLinear<B> {
         let [tokens, features] = x.dims();
         self.check_features(features)?;
         let layout = self.layout(m_splits, tokens)?;
-        let aligned = move_rows(x, &layout, RowMove::Pad);
-        let y = self.forward_aligned(aligned, &layout, is_first_microbatch)?;
+        // The op pads the token rows itself (inside the FP8 per-tensor cast: no padded copy).
+        let y = self.forward_rows(x, InputRows::Packed, &layout, is_first_microbatch)?;
         Ok(move_rows(y, &layout, RowMove::Unpad))
     }
 
@@ -259,15 +259,30 @@ impl<B: LowpLinear> GroupedLinear<B> {
         layout: &GroupLayout<B::Quant>,
         is_first_microbatch: Option<bool>,
     ) -> LowpResult<Tensor<B, 2>> {
+        self.forward_rows(x, InputRows::Aligned, layout, is_first_microbatch)
+    }
+
+    /// The experts on `x` laid out as `input_rows` says (`layout`'s aligned batch or its packed
+    /// tokens) -> the aligned `[layout.rows(), out]`.
+    fn forward_rows(
+        &self,
+        x: Tensor<B, 2>,
+        input_rows: InputRows,
+        layout: &GroupLayout<B::Quant>,
+        is_first_microbatch: Option<bool>,
+    ) -> LowpResult<Tensor<B, 2>> {
         let [rows, features] = x.dims();
         self.check_features(features)?;
-        if rows != layout.rows() || layout.groups.count != self.num_gemms() {
+        let (expected, which) = match input_rows {
+            InputRows::Aligned => (layout.rows(), "aligned"),
+            InputRows::Packed => (layout.tokens, "packed"),
+        };
+        if rows != expected || layout.groups.count != self.num_gemms() {
             return Err(LowpError::shape(
-                format!("{} aligned input", self.name()),
+                format!("{} {which} input", self.name()),
                 format!("[{rows}, {features}] for a layout of {} groups", layout.groups.count),
                 format!(
-                    "[{}, {features}] and one group per expert ({})",
-                    layout.rows(),
+                    "[{expected}, {features}] and one group per expert ({})",
                     self.num_gemms()
                 ),
             ));
@@ -277,7 +292,11 @@ impl<B: LowpLinear> GroupedLinear<B> {
             if debug.acts() {
                 let experts: Vec<usize> = (0..self.num_gemms()).collect();
                 if debug.changes_expert_gemms(&self.name(), &experts)? {
-                    return self.forward_experts_one_by_one(x, layout, &debug);
+                    let aligned = match input_rows {
+                        InputRows::Aligned => x,
+                        InputRows::Packed => move_rows(x, layout, RowMove::Pad),
+                    };
+                    return self.forward_experts_one_by_one(aligned, layout, &debug);
                 }
                 observed = Some(debug);
             }
@@ -320,6 +339,7 @@ impl<B: LowpLinear> GroupedLinear<B> {
         });
         let (y, quantized_weight) = B::lowp_grouped_linear(
             x.into_primitive().tensor(),
+            input_rows,
             w.into_primitive().tensor(),
             layout,
             op,

@@ -20,14 +20,16 @@ use burn::tensor::{FloatDType, TensorMetadata};
 
 use super::linear::{columnwise_only, debug_or_warn, gemm_dtype};
 
+use super::grouped_rows::{move_rows, RowMove};
+use crate::backend::grouped::check_packed_rows;
 use crate::backend::{
-    GemmKind, GemmOptions, GroupLayout, GroupedOperand, Groups, LowpBackend,
+    GemmKind, GemmOptions, GroupLayout, GroupedFp8Scaling, GroupedOperand, Groups, LowpBackend,
 };
 use crate::debug::layer::ExpertRows;
 use crate::debug::{LayerDebug, TensorKind};
 use crate::error::{LowpError, Result};
 use crate::format::grouped::GroupScaling;
-use crate::format::{Fp8Format, Usage};
+use crate::format::{Fp8CurrentScaling, Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
 use crate::quant::{QuantizedTensor, QuantizerSpec};
 use crate::recipe::SplitAccumulator;
@@ -72,6 +74,46 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
     ) -> Result<QuantizedTensor<Q>> {
         let delayed = self.delayed.as_ref().map(|d| (d.scales.clone(), d.fp8));
         let q = quantize_grouped(x, groups, &self.spec, usage, self.seed, delayed, self.scaling)?;
+        self.record_amax(&q, groups, usage)?;
+        Ok(q)
+    }
+}
+
+impl<Q: LowpBackend> GroupedQuantizer<Q> {
+    /// `quantize` of the packed token rows `x [layout.tokens, cols]` padded into `layout`'s
+    /// aligned layout. FP8 per-tensor quantizers (current and delayed) read `x` through the
+    /// layout's row map (`LowpBackend::quantize_fp8_grouped_padded`: no padded copy); the other
+    /// formats pad first.
+    pub fn quantize_padded(
+        &self,
+        x: FloatTensor<Q>,
+        layout: &GroupLayout<Q>,
+        usage: Usage,
+    ) -> Result<QuantizedTensor<Q>> {
+        let scaling = match (&self.spec, &self.delayed) {
+            (QuantizerSpec::Fp8Current { fp8, pow2_scales, amax_epsilon }, _) => {
+                GroupedFp8Scaling::Current(Fp8CurrentScaling {
+                    fp8: *fp8,
+                    pow2_scales: *pow2_scales,
+                    amax_epsilon: *amax_epsilon,
+                })
+            }
+            (QuantizerSpec::Fp8Delayed(_), Some(delayed)) => GroupedFp8Scaling::Delayed {
+                fp8: delayed.fp8,
+                scales: delayed.scales.clone(),
+            },
+            _ => {
+                check_packed_rows(&x, layout)?;
+                return self.quantize(move_rows(x, layout, RowMove::Pad), &layout.groups, usage);
+            }
+        };
+        let q = Q::quantize_fp8_grouped_padded(x, layout, scaling, usage, self.scaling)?;
+        self.record_amax(&q, &layout.groups, usage)?;
+        Ok(q)
+    }
+
+    /// Hands a delayed-scaling quantization's per-group amaxes to the module's history.
+    fn record_amax(&self, q: &QuantizedTensor<Q>, groups: &Groups<Q>, usage: Usage) -> Result<()> {
         if let Some(delayed) = &self.delayed {
             let direction = if usage.rowwise {
                 crate::format::Direction::Rowwise
@@ -82,8 +124,18 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
                 (delayed.sink.0)(Q::float_from_bytes(amax, [1, groups.count]));
             }
         }
-        Ok(q)
+        Ok(())
     }
+}
+
+/// How the grouped linear op's input rows lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputRows {
+    /// The layout's aligned batch, `[layout.rows(), in]`; dX comes back aligned.
+    Aligned,
+    /// The packed token rows, `[layout.tokens, in]`: the op pads them (inside the FP8
+    /// per-tensor cast, `GroupedQuantizer::quantize_padded`) and returns dX packed.
+    Packed,
 }
 
 /// The stacked weights: quantized in this call, or a cached quantization (micro-batches).
@@ -194,6 +246,7 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
 /// copies backward reads.
 pub(crate) fn grouped_forward<Q: LowpBackend>(
     x: FloatTensor<Q>,
+    input_rows: InputRows,
     w: FloatTensor<Q>,
     layout: &GroupLayout<Q>,
     op: &GroupedLinearOp<Q>,
@@ -201,26 +254,36 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
     need_wgrad: bool,
 ) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>, QuantizedTensor<Q>)> {
     let (xs, ws) = (x.shape().as_slice().to_vec(), w.shape().as_slice().to_vec());
-    if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] || xs[0] != layout.rows() {
+    let (x_rows, which) = match input_rows {
+        InputRows::Aligned => (layout.rows(), "aligned"),
+        InputRows::Packed => (layout.tokens, "packed"),
+    };
+    if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] || xs[0] != x_rows {
         return Err(LowpError::shape(
             "grouped linear input",
             format!("x {xs:?}, w {ws:?}"),
             format!(
-                "x is the aligned [{}, in] batch of its layout and w the stacked [experts * out, in]",
-                layout.rows()
+                "x is the {which} [{x_rows}, in] batch of its layout and w the stacked [experts * out, in]"
             ),
         ));
     }
     let out_dtype = gemm_dtype(x.dtype());
-    let originals = op.debug.as_ref().map(|_| (x.clone(), w.clone()));
-    let qx = op.input.quantize(
-        x,
-        &layout.groups,
-        Usage {
-            rowwise: true,
-            columnwise: need_wgrad,
-        },
-    )?;
+    // (A debug session observes the aligned batch.)
+    let originals = op.debug.as_ref().map(|_| {
+        let aligned = match input_rows {
+            InputRows::Aligned => x.clone(),
+            InputRows::Packed => move_rows(x.clone(), layout, RowMove::Pad),
+        };
+        (aligned, w.clone())
+    });
+    let x_usage = Usage {
+        rowwise: true,
+        columnwise: need_wgrad,
+    };
+    let qx = match input_rows {
+        InputRows::Aligned => op.input.quantize(x, &layout.groups, x_usage)?,
+        InputRows::Packed => op.input.quantize_padded(x, layout, x_usage)?,
+    };
     let qw = match &op.weight {
         GroupedWeight::Cached(q) => {
             if q.rowwise.is_none()
@@ -305,6 +368,8 @@ pub fn run_wgrad<Q: LowpBackend>(
 struct GroupedSaved<Q: LowpBackend> {
     x_columnwise: Option<QuantizedTensor<Q>>,
     w_columnwise: Option<QuantizedTensor<Q>>,
+    /// How X's rows lie: dX goes back the same way.
+    input_rows: InputRows,
     layout: GroupLayout<Q>,
     weight_groups: Groups<Q>,
     grad_output: GroupedQuantizer<Q>,
@@ -379,14 +444,23 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                     bias: None,
                 },
             );
-            let dx = dx.unwrap_or_else(|e| {
-                errors.record(e);
-                zeros(saved.x_shape)
-            });
-            if let Some((d, (tokens, _), _)) = &debug {
-                let observed = d.layer.observe_experts::<Q>(TensorKind::Dgrad, &dx, None, tokens);
-                debug_or_warn(observed, "dgrad statistics");
-            }
+            let dx = match dx {
+                Ok(dx) => {
+                    if let Some((d, (tokens, _), _)) = &debug {
+                        let observed =
+                            d.layer.observe_experts::<Q>(TensorKind::Dgrad, &dx, None, tokens);
+                        debug_or_warn(observed, "dgrad statistics");
+                    }
+                    match saved.input_rows {
+                        InputRows::Aligned => dx,
+                        InputRows::Packed => move_rows(dx, &saved.layout, RowMove::Unpad),
+                    }
+                }
+                Err(e) => {
+                    errors.record(e);
+                    zeros(saved.x_shape)
+                }
+            };
             grads.register::<Q>(node.id, dx);
         }
         let Some(x) = saved.x_columnwise.filter(|_| usage.columnwise) else {
@@ -433,17 +507,19 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
 /// The grouped linear op on a backend without autodiff: forward only.
 pub(crate) fn grouped_linear_forward_only<Q: LowpBackend>(
     x: FloatTensor<Q>,
+    input_rows: InputRows,
     w: FloatTensor<Q>,
     layout: &GroupLayout<Q>,
     op: GroupedLinearOp<Q>,
 ) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>)> {
-    let (y, _, qw) = grouped_forward(x, w, layout, &op, false, false)?;
+    let (y, _, qw) = grouped_forward(x, input_rows, w, layout, &op, false, false)?;
     Ok((y, qw))
 }
 
 /// The grouped linear op on `Autodiff<B>`.
 pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
+    input_rows: InputRows,
     w: FloatTensor<Autodiff<B, C>>,
     layout: &GroupLayout<B>,
     op: GroupedLinearOp<B>,
@@ -454,6 +530,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
     let need_wgrad = w.is_tracked() || !matches!(op.wgrad, WgradTarget::Graph);
     let (y, qx, qw) = grouped_forward(
         x.primitive.clone(),
+        input_rows,
         w.primitive.clone(),
         layout,
         &op,
@@ -482,6 +559,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
                 } else {
                     None
                 },
+                input_rows,
                 layout: layout.clone(),
                 weight_groups: op.weight_groups,
                 grad_output: op.grad_output,

@@ -17,7 +17,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
-use super::grouped_linear::GroupedLinearOp;
+use super::grouped_linear::{GroupedLinearOp, InputRows};
 use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
@@ -170,11 +170,13 @@ pub trait LowpLinear: Backend {
         super::row_broadcast::mul_rows::<Self>(x, gamma)
     }
 
-    /// The grouped linear op (`ops/grouped_linear.rs`) on the aligned batch `x [rows, K]` of
-    /// `layout` and the stacked weights `w [E * N, K]`; returns `[rows, N]` and the quantized
-    /// weights (for caching).
+    /// The grouped linear op (`ops/grouped_linear.rs`) on `x` (the aligned batch `[rows, K]` of
+    /// `layout`, or its packed tokens `[tokens, K]`, as `input_rows` says) and the stacked
+    /// weights `w [E * N, K]`; returns the aligned `[rows, N]` and the quantized weights (for
+    /// caching).
     fn lowp_grouped_linear(
         x: FloatTensor<Self>,
+        input_rows: InputRows,
         w: FloatTensor<Self>,
         layout: &GroupLayout<Self::Quant>,
         op: GroupedLinearOp<Self::Quant>,
@@ -427,8 +429,8 @@ macro_rules! forward_only_linear {
                 let (y, _, qw) = forward(x, w, bias, &op, false, false)?;
                 Ok((y, qw))
             }
-            fn lowp_grouped_linear(x: FloatTensor<Self>, w: FloatTensor<Self>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
-                super::grouped_linear::grouped_linear_forward_only(x, w, layout, op)
+            fn lowp_grouped_linear(x: FloatTensor<Self>, input_rows: InputRows, w: FloatTensor<Self>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
+                super::grouped_linear::grouped_linear_forward_only(x, input_rows, w, layout, op)
             }
             fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
                 <Self as LowpBackend>::group_layout(m_splits, tokens)
@@ -713,11 +715,12 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn lowp_grouped_linear(
         x: FloatTensor<Self>,
+        input_rows: InputRows,
         w: FloatTensor<Self>,
         layout: &GroupLayout<B>,
         op: GroupedLinearOp<B>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
-        super::grouped_linear::grouped_linear_autodiff::<B, C>(x, w, layout, op)
+        super::grouped_linear::grouped_linear_autodiff::<B, C>(x, input_rows, w, layout, op)
     }
 
     fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<B>> {

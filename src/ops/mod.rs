@@ -16,7 +16,7 @@ pub mod row_reduce;
 
 pub use grouped_linear::{
     BackwardErrors, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer, GroupedWeight,
-    PendingWgrad, WgradTarget,
+    InputRows, PendingWgrad, WgradTarget,
 };
 pub use grouped_rows::RowMove;
 pub use rope_op::RopePositions;

@@ -485,6 +485,102 @@ pub fn check_group_layout_matches_reference<B: LowpBackend>(device: &B::Device) 
     }
 }
 
+/// The bytes of one grouped FP8 per-tensor representation that both twins define: codes (for
+/// the columnwise copy, the groups' blocks; its tail is never written), `scale_inv` and amax.
+fn fp8_storage_bytes<B: LowpBackend>(q: &QuantizedTensor<B>, direction: Direction, defined: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>, bool) {
+    let storage = match direction {
+        Direction::Rowwise => q.rowwise.as_ref(),
+        Direction::Columnwise => q.columnwise.as_ref(),
+    };
+    let Some(Storage::Quantized(s)) = storage else { panic!("{direction:?}: no quantized storage") };
+    let StorageScales::TensorScaleInv(scales) = &s.scales else { panic!("{direction:?}: not per-tensor scales") };
+    let mut codes = B::bytes_to_host(&s.codes);
+    if direction == Direction::Columnwise {
+        codes.truncate(defined);
+    }
+    let amax = B::bytes_to_host(s.amax.as_ref().expect("FP8 per-tensor keeps its amax"));
+    (codes, B::bytes_to_host(scales), amax, s.shared_scale)
+}
+
+/// `quantize_fp8_grouped_padded` (CubeBackend: the amax and cast kernels read the packed tokens
+/// through the layout's row map) equals its unfused twin, padding with `lowp_gather_rows` and
+/// then quantizing, bit for bit: codes of both directions, scales and amaxes, for current and
+/// delayed scaling, per-group and shared scales, E4M3 and E5M2, every dtype given; splits with
+/// empty groups and a column count that leaves partial tiles.
+pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    use burn_lowp::backend::grouped::quantize_fp8_padded_after_move;
+    use burn_lowp::backend::GroupedFp8Scaling;
+    let cols = 400;
+    let mut cases = 0;
+    for (splits, tokens) in [(vec![0i32, 200, 37, 63], 300usize), (vec![1, 1, 0, 128, 129, 0], 259)] {
+        let host = group_layout(&splits, tokens);
+        let defined = host.groups.iter().map(|g| g.start + g.len).max().unwrap_or(0) * cols;
+        let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
+            device,
+        );
+        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let groups = splits.len();
+        let scales: Vec<f32> = (0..groups).map(|g| [0.5f32, 3.0, 2.0f32.powi(-9), 100.0][g % 4]).collect();
+        for &dtype in dtypes {
+            let x = input(tokens, cols, dtype, 29);
+            for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
+                let scalings = |pow2: bool| {
+                    vec![
+                        GroupedFp8Scaling::Current(Fp8CurrentScaling { pow2_scales: pow2, ..Fp8CurrentScaling::new(fp8) }),
+                        GroupedFp8Scaling::Delayed {
+                            fp8,
+                            scales: B::float_from_host(&HostMatrix::new("scales", 1, groups, InputDtype::F32, scales.clone()).unwrap(), device),
+                        },
+                    ]
+                };
+                for scaling in scalings(fp8 == Fp8Format::E5M2) {
+                    for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
+                        for usage in [Usage::BOTH, Usage::ROWWISE] {
+                            let context = format!("splits {splits:?}, {} {fp8:?} {scaling:?} {group_scaling:?} {usage:?}", dtype.name());
+                            let fused = B::quantize_fp8_grouped_padded(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                                .unwrap_or_else(|e| panic!("{context}: {e}"));
+                            let twin = quantize_fp8_padded_after_move(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                                .unwrap_or_else(|e| panic!("{context}: twin: {e}"));
+                            assert_eq!((fused.rows, fused.cols), (layout.rows(), cols), "{context}: shape");
+                            for direction in [Direction::Rowwise, Direction::Columnwise] {
+                                if direction == Direction::Columnwise && !usage.columnwise {
+                                    assert!(fused.columnwise.is_none(), "{context}: a columnwise copy nobody asked for");
+                                    continue;
+                                }
+                                let (a, b) = (fp8_storage_bytes(&fused, direction, defined), fp8_storage_bytes(&twin, direction, defined));
+                                assert!(a.0 == b.0, "{context} {direction:?}: codes differ");
+                                assert_eq!(a.1, b.1, "{context} {direction:?}: scale_inv");
+                                assert_eq!(a.2, b.2, "{context} {direction:?}: amax");
+                                assert_eq!(a.3, b.3, "{context} {direction:?}: shared-scale mark");
+                                cases += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // A batch that is not the layout's packed tokens is an error, not a read past the end.
+    let (splits, tokens) = (vec![100i32, 28], 128usize);
+    let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+        burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
+        device,
+    );
+    let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+    let wrong = B::float_from_host(&input(tokens + 16, 64, InputDtype::F32, 3), device);
+    let e = B::quantize_fp8_grouped_padded(
+        wrong,
+        &layout,
+        GroupedFp8Scaling::Current(Fp8CurrentScaling::new(Fp8Format::E4M3)),
+        Usage::BOTH,
+        GroupScaling::PerGroup,
+    )
+    .expect_err("a batch of 144 rows for a layout of 128 tokens");
+    assert!(e.to_string().contains("packed input") && e.to_string().contains("144"), "{e}");
+    println!("{cases} padded FP8 quantizations bit-exact against pad-then-quantize");
+}
+
 /// `lowp_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
 /// copy), for every dtype given; rows of a whole number of 32-bit words take the row-gather kernel
 /// on CubeBackend, odd f16 rows Burn's `select`.
@@ -733,6 +829,11 @@ macro_rules! kernel_suite {
         #[test]
         fn grouped_quantize_matches_per_slice_quantize() {
             if let Some(d) = $device { crate::suite::check_grouped_quantize_matches_per_slice::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn padded_fp8_quantize_matches_pad_then_quantize() {
+            if let Some(d) = $device { crate::suite::check_padded_fp8_quantize_matches_pad_then_quantize::<$backend>(&d, &dtypes()); }
         }
 
         #[test]

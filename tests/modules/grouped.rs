@@ -635,6 +635,60 @@ pub fn check_grouped_shared_fp8_scales<B: LowpBackend>(device: &B::Device) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `forward` hands the op the packed tokens (the FP8 per-tensor cast pads them as it reads, no
+/// padded copy) and `forward_aligned` the padded batch: the same output, dX, dW and db bit for
+/// bit on every backend, under every recipe without stochastic rounding (those draw new random
+/// streams per call).
+pub fn check_grouped_packed_input_equals_aligned<B: LowpBackend>(device: &B::Device) {
+    use burn::tensor::TensorPrimitive;
+    use burn_lowp::ops::{LowpLinear, RowMove};
+    let _turn = turn();
+    let (experts, inp, out) = (4, 128, 128);
+    let config = GroupedLinearConfig::new(experts, inp, out);
+    let mut failures = Vec::new();
+    let case = vec![37i64, 0, 150, 69];
+    let tokens: usize = case.iter().sum::<i64>() as usize;
+    fn move_rows<B: LowpBackend>(
+        t: Tensor<AD<B>, 2>,
+        layout: &burn_lowp::backend::GroupLayout<B>,
+        direction: RowMove,
+    ) -> Tensor<AD<B>, 2> {
+        Tensor::from_primitive(TensorPrimitive::Float(<AD<B> as LowpLinear>::lowp_move_rows(
+            t.into_primitive().tensor(),
+            layout,
+            direction,
+        )))
+    }
+    for name in RECIPES.iter().filter(|n| !STOCHASTIC.contains(n)) {
+        let m = grouped::<B>(&config, name, device);
+        let x = Tensor::<AD<B>, 2>::random([tokens, inp], Distribution::Normal(0.0, 1.0), device);
+        let dy = Tensor::<AD<B>, 2>::random([tokens, out], Distribution::Normal(0.0, 1.0), device);
+        let run = |aligned: bool| {
+            let xg = Tensor::<AD<B>, 2>::from_inner(x.clone().inner()).require_grad();
+            let y = if aligned {
+                let layout = m.layout(splits::<AD<B>>(&case, device), tokens).unwrap();
+                let xa = move_rows(xg.clone(), &layout, RowMove::Pad);
+                let ya = m.forward_aligned(xa, &layout, None).unwrap();
+                move_rows(ya, &layout, RowMove::Unpad)
+            } else {
+                m.forward(xg.clone(), splits::<AD<B>>(&case, device)).unwrap()
+            };
+            let grads = (y.clone() * dy.clone()).sum().backward();
+            let dx = xg.grad(&grads).unwrap();
+            let dw = m.weight.grad(&grads).unwrap();
+            let db = m.bias.as_ref().unwrap().grad(&grads).unwrap();
+            [values(y.inner()), values(dx), values(dw), values(db)]
+        };
+        let (packed, aligned) = (run(false), run(true));
+        for (what, (p, a)) in ["y", "dX", "dW", "db"].iter().zip(packed.into_iter().zip(aligned)) {
+            if let Some(f) = same(p, a, crate::suite::Exactness::Reference, &format!("{name}: {what}, packed against aligned")) {
+                failures.push(f);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 macro_rules! grouped_suite {
     ($backend:ty, $device:expr, $exactness:expr) => {
         #[test]
@@ -662,6 +716,13 @@ macro_rules! grouped_suite {
         fn grouped_linear_shared_fp8_scales_equal_the_shared_scale_reference() {
             if let Some(d) = $device {
                 crate::grouped::check_grouped_shared_fp8_scales::<$backend>(&d);
+            }
+        }
+
+        #[test]
+        fn grouped_linear_packed_input_equals_aligned() {
+            if let Some(d) = $device {
+                crate::grouped::check_grouped_packed_input_equals_aligned::<$backend>(&d);
             }
         }
 
