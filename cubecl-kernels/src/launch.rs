@@ -106,7 +106,7 @@ impl InputMatrix<'_> {
     }
 
     /// Both dimensions must be multiples of `row_block` / `col_block` (and non-zero).
-    fn require_blocks(
+    pub(crate) fn require_blocks(
         &self,
         row_block: usize,
         col_block: usize,
@@ -185,7 +185,7 @@ pub struct RowGather<'a> {
 
 /// The matrix a kernel sees (`rows` from the gather) and the row-map arguments: the index (a
 /// dummy without gather) and the source's row count.
-fn gather_args<R: Runtime>(
+pub(crate) fn gather_args<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
     gather: Option<RowGather>,

@@ -27,6 +27,7 @@ pub mod dequantize;
 pub mod flags;
 pub mod fp8;
 pub mod fp8_block;
+pub mod group_dbias_amax;
 pub mod group_bias;
 pub mod group_layout;
 pub mod hadamard;

@@ -1071,7 +1071,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::grouped::check_packed_rows(&x, layout)?;
         let (rows, cols) = (layout.rows(), x.shape()[1]);
         let fp8 = match &scaling {
-            super::GroupedFp8Scaling::Current(c) => c.fp8,
+            super::GroupedFp8Scaling::Current(c)
+            | super::GroupedFp8Scaling::CurrentFromAmax { config: c, .. } => c.fp8,
             super::GroupedFp8Scaling::Delayed { fp8, .. } => *fp8,
         };
         let format = QuantFormat::Fp8Tensor { fp8 };
@@ -1101,19 +1102,43 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             rowwise: usage.rowwise,
             columnwise: usage.columnwise,
         };
+        let rule_of = |c: &crate::format::Fp8CurrentScaling| ScaleRule {
+            fp8: fp8_kind(c.fp8),
+            pow2: c.pow2_scales,
+            epsilon_bits: c.amax_epsilon.to_bits(),
+            value_for_inf_bits: f32::MAX.to_bits(),
+        };
         let out = match &scaling {
             super::GroupedFp8Scaling::Current(c) => {
-                let rule = ScaleRule {
-                    fp8: fp8_kind(c.fp8),
-                    pow2: c.pow2_scales,
-                    epsilon_bits: c.amax_epsilon.to_bits(),
-                    value_for_inf_bits: f32::MAX.to_bits(),
-                };
+                let rule = rule_of(c);
                 kernels::quantize_fp8_tensor_gathered(
                     &client,
                     input,
                     rule.fp8,
                     kernels::TensorScaling::Current { rule },
+                    directions,
+                    row_groups,
+                    shared,
+                    gather,
+                )
+            }
+            super::GroupedFp8Scaling::CurrentFromAmax { config, amax } => {
+                if amax.len != 4 * layout.groups.count {
+                    return Err(LowpError::shape(
+                        "amax",
+                        format!("{} bytes", amax.len),
+                        format!("one f32 amax per group ({})", layout.groups.count),
+                    ));
+                }
+                let rule = rule_of(config);
+                kernels::quantize_fp8_tensor_gathered(
+                    &client,
+                    input,
+                    rule.fp8,
+                    kernels::TensorScaling::CurrentFromAmax {
+                        rule,
+                        amax: &amax.handle,
+                    },
                     directions,
                     row_groups,
                     shared,
@@ -1151,6 +1176,61 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         .map_err(kernel_error("input"))?;
         let q = wrap(&client, &device, out, format, (rows, cols), false, layout.groups.count);
         Ok(if shared { q.with_shared_scale() } else { q })
+    }
+
+    /// One read of `dy` (through the row map where packed) for the per-group column sums and,
+    /// with `amax`, the per-group amaxes (`kernels::group_dbias_amax`).
+    fn grouped_dbias_amax(
+        dy: FloatTensor<Self>,
+        rows: super::InputRows,
+        layout: &GroupLayout<Self>,
+        amax: bool,
+    ) -> Result<(FloatTensor<Self>, Option<Self::Bytes>)> {
+        let (dy_rows, cols) = matrix_dims(&dy.shape().as_slice());
+        if dy_rows != rows.rows(layout) {
+            return Err(LowpError::shape(
+                "grouped dbias grad_output",
+                format!("[{dy_rows}, {cols}]"),
+                format!("the {} [{}, cols] rows of its layout", rows.name(), rows.rows(layout)),
+            ));
+        }
+        let kind = match elem_kind(dy.dtype, "grouped dbias grad_output") {
+            Ok(kind) if cols % 2 == 0 && layout.rows() * cols < u32::MAX as usize => kind,
+            _ => return Ok((super::grouped::grouped_dbias_after_move(dy, rows, layout)?, None)),
+        };
+        check_grouped_rows(layout.rows(), &layout.groups)?;
+        let dy = prepare(dy);
+        let index = i32_labels::<R, F, I, BT>(layout.aligned_to_packed.clone());
+        let client = dy.client.clone();
+        let (sums, amaxes) = kernels::group_dbias_amax::group_dbias_amax(
+            &client,
+            InputMatrix {
+                handle: &dy.handle,
+                rows: dy_rows,
+                cols,
+                kind,
+            },
+            RowGroups {
+                start: &layout.groups.start.handle,
+                rows: &layout.groups.len.handle,
+                count: layout.groups.count,
+            },
+            (rows == super::InputRows::Packed).then_some(kernels::RowGather {
+                index: &index.handle,
+                rows: layout.rows(),
+            }),
+            amax,
+        )
+        .map_err(kernel_error("grouped dbias grad_output"))?;
+        let sums = CubeTensor::new_contiguous(
+            client.clone(),
+            dy.device.clone(),
+            Shape::new([layout.groups.count, cols]),
+            sums,
+            DType::F32,
+        );
+        let amaxes = amaxes.map(|h| bytes(&client, &dy.device, h, 4 * layout.groups.count));
+        Ok((sums, amaxes))
     }
 
     fn lowp_grouped_gemm(

@@ -240,12 +240,46 @@ pub fn dequantize_group_by_group<B: LowpBackend>(
     })
 }
 
+/// How a grouped layer's token rows lie: the layout's aligned batch (`[layout.rows(), cols]`,
+/// each group at a multiple of 128 rows, zero padding) or its packed tokens
+/// (`[layout.tokens, cols]`, group after group). A `GroupedLinear` given packed rows pads them
+/// inside the kernels that read them (the FP8 per-tensor cast, the bias gradient) and returns
+/// packed rows: no padded copy is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputRows {
+    Aligned,
+    Packed,
+}
+
+impl InputRows {
+    /// Rows of a `[rows, cols]` tensor laid out this way.
+    pub fn rows<B: LowpBackend>(self, layout: &GroupLayout<B>) -> usize {
+        match self {
+            InputRows::Aligned => layout.rows(),
+            InputRows::Packed => layout.tokens,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            InputRows::Aligned => "aligned",
+            InputRows::Packed => "packed",
+        }
+    }
+}
+
 /// Where the FP8 per-tensor scales of a grouped quantization come from
 /// (`LowpBackend::quantize_fp8_grouped_padded`).
 #[derive(Debug, Clone)]
 pub enum GroupedFp8Scaling<B: LowpBackend> {
     /// Current scaling: each group's amax (or under `GroupScaling::Shared` the largest).
     Current(Fp8CurrentScaling),
+    /// Current scaling on per-group amaxes (f32, `[groups]`) a producer already took over the
+    /// padded batch (`LowpBackend::grouped_dbias_amax`): no amax pass of its own.
+    CurrentFromAmax {
+        config: Fp8CurrentScaling,
+        amax: B::Bytes,
+    },
     /// Delayed scaling: one f32 scale per group (`[groups]`).
     Delayed { fp8: Fp8Format, scales: FloatTensor<B> },
 }
@@ -262,7 +296,8 @@ pub fn quantize_fp8_padded_after_move<B: LowpBackend>(
     check_packed_rows(&x, layout)?;
     let aligned = crate::ops::grouped_rows::move_rows::<B>(x, layout, RowMove::Pad);
     match scaling {
-        GroupedFp8Scaling::Current(config) => B::lowp_quantize_grouped(
+        // (The amax equals the one the quantize takes itself: a maximum, in any order.)
+        GroupedFp8Scaling::Current(config) | GroupedFp8Scaling::CurrentFromAmax { config, .. } => B::lowp_quantize_grouped(
             aligned,
             &layout.groups,
             &FormatConfig::Fp8Current(config),
@@ -278,6 +313,24 @@ pub fn quantize_fp8_padded_after_move<B: LowpBackend>(
             group_scaling,
         ),
     }
+}
+
+/// `LowpBackend::grouped_dbias_amax` without a kernel of its own: the rows padded where packed,
+/// then `grouped_column_sum` in f32; no amax.
+pub fn grouped_dbias_after_move<B: LowpBackend>(
+    dy: FloatTensor<B>,
+    rows: InputRows,
+    layout: &GroupLayout<B>,
+) -> Result<FloatTensor<B>> {
+    let aligned = match rows {
+        InputRows::Aligned => dy,
+        InputRows::Packed => {
+            check_packed_rows(&dy, layout)?;
+            crate::ops::grouped_rows::move_rows::<B>(dy, layout, RowMove::Pad)
+        }
+    };
+    let sums = B::grouped_column_sum(aligned, layout)?;
+    Ok(B::float_cast(sums, burn::tensor::FloatDType::F32))
 }
 
 /// `x` is the packed `[layout.tokens, cols]` batch of `layout`.
@@ -446,7 +499,7 @@ fn float<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
 }
 
 /// What every grouped GEMM path requires of its options: accumulation into the output in wgrad
-/// only, and no `GemmOptions::bias` (an expert's bias is per group: `lowp_add_group_bias`).
+/// only, and no `GemmOptions::bias` (an expert's bias is per group: the grouped linear op adds it).
 pub(crate) fn check_grouped_options<B: LowpBackend>(
     kind: GemmKind,
     options: &GemmOptions<B>,
@@ -462,7 +515,7 @@ pub(crate) fn check_grouped_options<B: LowpBackend>(
         return Err(LowpError::invalid(
             "GEMM bias",
             "given to a grouped GEMM",
-            "a grouped GEMM's biases are per group (add them with lowp_add_group_bias)",
+            "a grouped GEMM's biases are per group (the grouped linear op adds them)",
         ));
     }
     Ok(())

@@ -42,7 +42,7 @@ pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
 pub use gemm_tuning::{load_gemm_tuning, save_gemm_tuning};
 pub use grouped::{
     per_group_pays, BatchedOperands, GroupLayout, GroupedFp8Scaling, GroupedGemmPath,
-    GroupedOperand, Groups, RowGroup,
+    GroupedOperand, Groups, InputRows, RowGroup,
 };
 pub use host_sync::{host_syncs, HostSyncs};
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
@@ -150,6 +150,21 @@ pub trait LowpBackend: Backend {
         group_scaling: GroupScaling,
     ) -> Result<QuantizedTensor<Self>> {
         grouped::quantize_fp8_padded_after_move(x, layout, scaling, usage, group_scaling)
+    }
+
+    /// The experts' bias gradient, f32 `[groups, cols]`: the column sums of each group's rows of
+    /// `dy` (the aligned batch or the packed tokens, as `rows` says), and with `amax` the
+    /// per-group amaxes (f32 bits, `[groups]`) where the backend takes them in the same read
+    /// (CubeBackend; FP8 current scaling of dY then skips its amax pass). The default pads
+    /// packed rows and sums with `grouped_column_sum`, and returns no amax.
+    fn grouped_dbias_amax(
+        dy: FloatTensor<Self>,
+        rows: grouped::InputRows,
+        layout: &GroupLayout<Self>,
+        amax: bool,
+    ) -> Result<(FloatTensor<Self>, Option<Self::Bytes>)> {
+        let _ = amax;
+        Ok((grouped::grouped_dbias_after_move(dy, rows, layout)?, None))
     }
 
     /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The

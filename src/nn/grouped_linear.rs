@@ -235,9 +235,9 @@ impl<B: LowpLinear> GroupedLinear<B> {
         let [tokens, features] = x.dims();
         self.check_features(features)?;
         let layout = self.layout(m_splits, tokens)?;
-        // The op pads the token rows itself (inside the FP8 per-tensor cast: no padded copy).
-        let y = self.forward_rows(x, InputRows::Packed, &layout, is_first_microbatch)?;
-        Ok(move_rows(y, &layout, RowMove::Unpad))
+        // The op pads the token rows itself (inside the FP8 per-tensor cast and the bias
+        // gradient: no padded copy of x or dY) and returns packed rows.
+        self.forward_rows(x, InputRows::Packed, &layout, is_first_microbatch)
     }
 
     /// The aligned layout of `tokens` tokens split by `m_splits`, made on the device (the MoE
@@ -263,7 +263,7 @@ impl<B: LowpLinear> GroupedLinear<B> {
     }
 
     /// The experts on `x` laid out as `input_rows` says (`layout`'s aligned batch or its packed
-    /// tokens) -> the aligned `[layout.rows(), out]`.
+    /// tokens) -> `[rows, out]` laid out the same way.
     fn forward_rows(
         &self,
         x: Tensor<B, 2>,
@@ -292,11 +292,14 @@ impl<B: LowpLinear> GroupedLinear<B> {
             if debug.acts() {
                 let experts: Vec<usize> = (0..self.num_gemms()).collect();
                 if debug.changes_expert_gemms(&self.name(), &experts)? {
-                    let aligned = match input_rows {
-                        InputRows::Aligned => x,
-                        InputRows::Packed => move_rows(x, layout, RowMove::Pad),
+                    return match input_rows {
+                        InputRows::Aligned => self.forward_experts_one_by_one(x, layout, &debug),
+                        InputRows::Packed => {
+                            let aligned = move_rows(x, layout, RowMove::Pad);
+                            let y = self.forward_experts_one_by_one(aligned, layout, &debug)?;
+                            Ok(move_rows(y, layout, RowMove::Unpad))
+                        }
                     };
-                    return self.forward_experts_one_by_one(aligned, layout, &debug);
                 }
                 observed = Some(debug);
             }
@@ -341,14 +344,11 @@ impl<B: LowpLinear> GroupedLinear<B> {
             x.into_primitive().tensor(),
             input_rows,
             w.into_primitive().tensor(),
+            self.bias.as_ref().map(|b| b.val().into_primitive().tensor()),
             layout,
             op,
         )?;
         self.lowp.keep_weight(quantized_weight, is_first_microbatch);
-        let y = match &self.bias {
-            Some(bias) => B::lowp_add_group_bias(y, bias.val().into_primitive().tensor(), layout),
-            None => y,
-        };
         Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
     }
 

@@ -22,6 +22,7 @@ use super::linear::{columnwise_only, debug_or_warn, gemm_dtype};
 
 use super::grouped_rows::{move_rows, RowMove};
 use crate::backend::grouped::check_packed_rows;
+pub use crate::backend::grouped::InputRows;
 use crate::backend::{
     GemmKind, GemmOptions, GroupLayout, GroupedFp8Scaling, GroupedOperand, Groups, LowpBackend,
 };
@@ -90,13 +91,29 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         layout: &GroupLayout<Q>,
         usage: Usage,
     ) -> Result<QuantizedTensor<Q>> {
+        self.quantize_padded_with_amax(x, layout, usage, None)
+    }
+
+    /// `quantize_padded`, where FP8 current scaling takes the per-group amaxes `amax` (f32,
+    /// `[groups]`) a producer already took over the padded batch instead of an amax pass.
+    pub fn quantize_padded_with_amax(
+        &self,
+        x: FloatTensor<Q>,
+        layout: &GroupLayout<Q>,
+        usage: Usage,
+        amax: Option<Q::Bytes>,
+    ) -> Result<QuantizedTensor<Q>> {
         let scaling = match (&self.spec, &self.delayed) {
             (QuantizerSpec::Fp8Current { fp8, pow2_scales, amax_epsilon }, _) => {
-                GroupedFp8Scaling::Current(Fp8CurrentScaling {
+                let config = Fp8CurrentScaling {
                     fp8: *fp8,
                     pow2_scales: *pow2_scales,
                     amax_epsilon: *amax_epsilon,
-                })
+                };
+                match amax {
+                    Some(amax) => GroupedFp8Scaling::CurrentFromAmax { config, amax },
+                    None => GroupedFp8Scaling::Current(config),
+                }
             }
             (QuantizerSpec::Fp8Delayed(_), Some(delayed)) => GroupedFp8Scaling::Delayed {
                 fp8: delayed.fp8,
@@ -126,16 +143,6 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         }
         Ok(())
     }
-}
-
-/// How the grouped linear op's input rows lie.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InputRows {
-    /// The layout's aligned batch, `[layout.rows(), in]`; dX comes back aligned.
-    Aligned,
-    /// The packed token rows, `[layout.tokens, in]`: the op pads them (inside the FP8
-    /// per-tensor cast, `GroupedQuantizer::quantize_padded`) and returns dX packed.
-    Packed,
 }
 
 /// The stacked weights: quantized in this call, or a cached quantization (micro-batches).
@@ -242,12 +249,14 @@ pub struct GroupedLinearOp<Q: LowpBackend> {
 }
 
 
-/// Quantizes X and W and runs the grouped fprop; `need_dgrad` / `need_wgrad` add the columnwise
+/// Quantizes X and W, runs the grouped fprop and adds each expert's bias on its token rows; Y
+/// comes back laid out as X (`input_rows`). `need_dgrad` / `need_wgrad` add the columnwise
 /// copies backward reads.
 pub(crate) fn grouped_forward<Q: LowpBackend>(
     x: FloatTensor<Q>,
     input_rows: InputRows,
     w: FloatTensor<Q>,
+    bias: Option<FloatTensor<Q>>,
     layout: &GroupLayout<Q>,
     op: &GroupedLinearOp<Q>,
     need_dgrad: bool,
@@ -331,6 +340,14 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
         debug.layer.observe_experts(TensorKind::Weight, &w, Some(&qw), &weights)?;
         debug.layer.observe_experts::<Q>(TensorKind::Output, &y, None, &tokens)?;
     }
+    let y = match bias {
+        Some(bias) => Q::lowp_group_bias_add(y, bias, layout.row_group.clone()),
+        None => y,
+    };
+    let y = match input_rows {
+        InputRows::Aligned => y,
+        InputRows::Packed => move_rows(y, layout, RowMove::Unpad),
+    };
     Ok((y, qx, qw))
 }
 
@@ -376,23 +393,30 @@ struct GroupedSaved<Q: LowpBackend> {
     wgrad: WgradTarget<Q>,
     errors: BackwardErrors,
     debug: Option<ExpertsDebug<Q>>,
-    /// Shapes of X and W, for the zero gradients of a failed backward.
+    /// Shapes of X, W and the biases, for the zero gradients of a failed backward.
     x_shape: [usize; 2],
     w_shape: [usize; 2],
+    bias_shape: [usize; 2],
+    /// The biases' dtype (their f32 gradient is cast to it).
+    bias_dtype: FloatDType,
     split_accumulator: SplitAccumulator,
 }
 
 #[derive(Debug)]
 struct GroupedLinearBackward;
 
-impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
+/// Parents: X, W and, where the layer has biases, the biases `[E, out]`.
+impl<Q: LowpBackend, const N: usize> Backward<Q, N> for GroupedLinearBackward {
     type State = GroupedSaved<Q>;
 
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x, node_w] = ops.parents;
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let node_x = ops.parents[0].clone();
+        let node_w = ops.parents[1].clone();
+        let node_b = ops.parents.get(2).cloned().flatten();
         let dy = grads.consume::<Q>(&ops.node);
         let out_dtype = gemm_dtype(dy.dtype());
         let saved = ops.state;
+        let rows = saved.input_rows;
         let need_wgrad = node_w.is_some() || !matches!(saved.wgrad, WgradTarget::Graph);
         let usage = Usage {
             rowwise: node_x.is_some(),
@@ -400,24 +424,63 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
         };
         let errors = saved.errors.clone();
         let device = Q::float_device(&dy);
-        let zeros = |shape: [usize; 2]| Q::float_zeros(shape.into(), &device, out_dtype);
-        // Under a debug session: the experts' token and weight rows, and dY before quantization.
+        let zeros = |shape: [usize; 2], dtype: FloatDType| Q::float_zeros(shape.into(), &device, dtype);
+        let fail = |grads: &mut Gradients, e: LowpError| {
+            errors.record(e);
+            for (node, shape, dtype) in [
+                (&node_x, saved.x_shape, out_dtype),
+                (&node_w, saved.w_shape, out_dtype),
+                (&node_b, saved.bias_shape, saved.bias_dtype),
+            ] {
+                if let Some(node) = node {
+                    grads.register::<Q>(node.id, zeros(shape, dtype));
+                }
+            }
+        };
+        // Under a debug session: the experts' token and weight rows, and dY before quantization
+        // (the aligned batch: statistics read the layout's rows).
         let debug = saved.debug.as_ref().map(|d| {
-            let rows = (
+            let rows_of = (
                 ExpertsDebug::tokens(&saved.layout),
                 d.weights(&saved.weight_groups, &saved.layout),
             );
-            (d, rows, dy.clone())
+            let aligned = match rows {
+                InputRows::Aligned => dy.clone(),
+                InputRows::Packed => move_rows(dy.clone(), &saved.layout, RowMove::Pad),
+            };
+            (d, rows_of, aligned)
         });
-        let qdy = match saved.grad_output.quantize(dy, &saved.layout.groups, usage) {
+        // The biases' gradient; reading packed dY for it also gives FP8 current scaling its
+        // per-group amaxes (one read of dY instead of two).
+        let fuse_amax = rows == InputRows::Packed
+            && matches!(saved.grad_output.spec, QuantizerSpec::Fp8Current { .. })
+            && (usage.rowwise || usage.columnwise);
+        let mut amax = None;
+        if let Some(node) = &node_b {
+            match Q::grouped_dbias_amax(dy.clone(), rows, &saved.layout, fuse_amax) {
+                Ok((db, a)) => {
+                    grads.register::<Q>(node.id, Q::float_cast(db, saved.bias_dtype));
+                    amax = a;
+                }
+                Err(e) => return fail(grads, e),
+            }
+        }
+        if !usage.rowwise && !usage.columnwise {
+            return;
+        }
+        let qdy = match rows {
+            InputRows::Aligned => saved.grad_output.quantize(dy, &saved.layout.groups, usage),
+            InputRows::Packed => saved.grad_output.quantize_padded_with_amax(dy, &saved.layout, usage, amax),
+        };
+        let qdy = match qdy {
             Ok(q) => q,
             Err(e) => {
+                // (The biases' gradient, if any, is already registered.)
                 errors.record(e);
-                if let Some(node) = node_x {
-                    grads.register::<Q>(node.id, zeros(saved.x_shape));
-                }
-                if let Some(node) = node_w {
-                    grads.register::<Q>(node.id, zeros(saved.w_shape));
+                for (node, shape) in [(&node_x, saved.x_shape), (&node_w, saved.w_shape)] {
+                    if let Some(node) = node {
+                        grads.register::<Q>(node.id, zeros(shape, out_dtype));
+                    }
                 }
                 return;
             }
@@ -451,14 +514,14 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                             d.layer.observe_experts::<Q>(TensorKind::Dgrad, &dx, None, tokens);
                         debug_or_warn(observed, "dgrad statistics");
                     }
-                    match saved.input_rows {
+                    match rows {
                         InputRows::Aligned => dx,
                         InputRows::Packed => move_rows(dx, &saved.layout, RowMove::Unpad),
                     }
                 }
                 Err(e) => {
                     errors.record(e);
-                    zeros(saved.x_shape)
+                    zeros(saved.x_shape, out_dtype)
                 }
             };
             grads.register::<Q>(node.id, dx);
@@ -478,7 +541,7 @@ impl<Q: LowpBackend> Backward<Q, 2> for GroupedLinearBackward {
                 if let Some(node) = node_w {
                     let dw = run_wgrad(&pending, None).unwrap_or_else(|e| {
                         errors.record(e);
-                        zeros(saved.w_shape)
+                        zeros(saved.w_shape, out_dtype)
                     });
                     // (A weight gradient added to main_grad or deferred is not observed.)
                     if let Some((d, (_, weights), _)) = &debug {
@@ -509,10 +572,11 @@ pub(crate) fn grouped_linear_forward_only<Q: LowpBackend>(
     x: FloatTensor<Q>,
     input_rows: InputRows,
     w: FloatTensor<Q>,
+    bias: Option<FloatTensor<Q>>,
     layout: &GroupLayout<Q>,
     op: GroupedLinearOp<Q>,
 ) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>)> {
-    let (y, _, qw) = grouped_forward(x, input_rows, w, layout, &op, false, false)?;
+    let (y, _, qw) = grouped_forward(x, input_rows, w, bias, layout, &op, false, false)?;
     Ok((y, qw))
 }
 
@@ -521,6 +585,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,
     input_rows: InputRows,
     w: FloatTensor<Autodiff<B, C>>,
+    bias: Option<FloatTensor<Autodiff<B, C>>>,
     layout: &GroupLayout<B>,
     op: GroupedLinearOp<B>,
 ) -> Result<(FloatTensor<Autodiff<B, C>>, QuantizedTensor<B>)> {
@@ -532,6 +597,7 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
         x.primitive.clone(),
         input_rows,
         w.primitive.clone(),
+        bias.as_ref().map(|b| b.primitive.clone()),
         layout,
         &op,
         need_dgrad,
@@ -542,37 +608,53 @@ pub(crate) fn grouped_linear_autodiff<B: LowpBackend, C: CheckpointStrategy>(
         [s[0], s[1]]
     };
     let (x_shape, w_shape) = (shape(&x), shape(&w));
-    let out = match GroupedLinearBackward
-        .prepare::<C>([x.node.clone(), w.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let saved = GroupedSaved {
-                x_columnwise: if need_wgrad {
-                    Some(columnwise_only(qx)?)
-                } else {
-                    None
-                },
-                w_columnwise: if need_dgrad {
-                    Some(columnwise_only(qw.clone())?)
-                } else {
-                    None
-                },
-                input_rows,
-                layout: layout.clone(),
-                weight_groups: op.weight_groups,
-                grad_output: op.grad_output,
-                wgrad: op.wgrad,
-                errors: op.errors,
-                debug: op.debug,
-                x_shape,
-                w_shape,
-                split_accumulator: op.split_accumulator,
-            };
-            prep.finish(saved, y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(y),
+    let (bias_shape, bias_dtype) = match &bias {
+        Some(b) => (shape(b), gemm_dtype(b.primitive.dtype())),
+        None => ([0, 0], FloatDType::F32),
+    };
+    let saved = |qx: QuantizedTensor<B>, qw: QuantizedTensor<B>| -> Result<GroupedSaved<B>> {
+        Ok(GroupedSaved {
+            x_columnwise: if need_wgrad {
+                Some(columnwise_only(qx)?)
+            } else {
+                None
+            },
+            w_columnwise: if need_dgrad {
+                Some(columnwise_only(qw)?)
+            } else {
+                None
+            },
+            input_rows,
+            layout: layout.clone(),
+            weight_groups: op.weight_groups.clone(),
+            grad_output: op.grad_output.clone(),
+            wgrad: op.wgrad.clone(),
+            errors: op.errors.clone(),
+            debug: op.debug.clone(),
+            x_shape,
+            w_shape,
+            bias_shape,
+            bias_dtype,
+            split_accumulator: op.split_accumulator,
+        })
+    };
+    let out = match bias {
+        Some(bias) => match GroupedLinearBackward
+            .prepare::<C>([x.node.clone(), w.node.clone(), bias.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(saved(qx, qw.clone())?, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
+        None => match GroupedLinearBackward
+            .prepare::<C>([x.node.clone(), w.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(saved(qx, qw.clone())?, y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        },
     };
     Ok((out, qw))
 }

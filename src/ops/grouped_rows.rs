@@ -1,7 +1,8 @@
 //! Moving token rows between the packed layout (`[tokens, cols]`, group after group) and the
 //! aligned layout grouped GEMMs take (`[rows, cols]`, each group at a multiple of 128 rows, zero
-//! padding; `backend::grouped::GroupLayout`), and adding each group's bias to its rows. Each is a
-//! gather whose backward is the opposite gather (no scatter): padding rows read a zero row.
+//! padding; `backend::grouped::GroupLayout`). Each is a gather whose backward is the opposite
+//! gather (no scatter): padding rows read a zero row. (Each group's bias is added by the grouped
+//! linear op, `ops/grouped_linear.rs`, whose backward reads dY once for its gradient.)
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -68,16 +69,6 @@ pub fn move_rows<B: LowpBackend>(
     }
 }
 
-/// `y [rows, cols] + bias[g]` on the rows of each group's tokens (padding and tail stay as they
-/// are), on any backend.
-pub fn add_group_bias<B: LowpBackend>(
-    y: FloatTensor<B>,
-    bias: FloatTensor<B>,
-    layout: &GroupLayout<B>,
-) -> FloatTensor<B> {
-    B::lowp_group_bias_add(y, bias, layout.row_group.clone())
-}
-
 /// `LowpBackend::lowp_group_bias_add` in Burn tensor ops: the per-row bias matrix (a zero row
 /// for groups past the bias's rows), then an add.
 pub fn add_selected_bias<B: LowpBackend>(
@@ -119,45 +110,6 @@ pub fn move_rows_autodiff<B: LowpBackend, C: CheckpointStrategy>(
         .stateful()
     {
         OpsKind::Tracked(prep) => prep.finish((layout.clone(), direction), out),
-        OpsKind::UnTracked(prep) => prep.finish(out),
-    }
-}
-
-#[derive(Debug)]
-struct GroupBiasBackward;
-
-impl<B: LowpBackend> Backward<B, 2> for GroupBiasBackward {
-    type State = GroupLayout<B>;
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_y, node_bias] = ops.parents;
-        let layout = ops.state;
-        let dy = grads.consume::<B>(&ops.node);
-        if let Some(node) = node_bias {
-            // The layout was checked in forward; a failure here is a bug, not user input.
-            let db = B::grouped_column_sum(dy.clone(), &layout).expect("grouped bias gradient");
-            grads.register::<B>(node.id, db);
-        }
-        if let Some(node) = node_y {
-            grads.register::<B>(node.id, dy);
-        }
-    }
-}
-
-/// `add_group_bias` on `Autodiff<B>`: each group's bias gradient sums its token rows of dY
-/// (`LowpBackend::grouped_column_sum`).
-pub fn add_group_bias_autodiff<B: LowpBackend, C: CheckpointStrategy>(
-    y: FloatTensor<Autodiff<B, C>>,
-    bias: FloatTensor<Autodiff<B, C>>,
-    layout: &GroupLayout<B>,
-) -> FloatTensor<Autodiff<B, C>> {
-    let out = add_group_bias::<B>(y.primitive.clone(), bias.primitive.clone(), layout);
-    match GroupBiasBackward
-        .prepare::<C>([y.node.clone(), bias.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(layout.clone(), out),
         OpsKind::UnTracked(prep) => prep.finish(out),
     }
 }

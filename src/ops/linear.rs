@@ -171,13 +171,14 @@ pub trait LowpLinear: Backend {
     }
 
     /// The grouped linear op (`ops/grouped_linear.rs`) on `x` (the aligned batch `[rows, K]` of
-    /// `layout`, or its packed tokens `[tokens, K]`, as `input_rows` says) and the stacked
-    /// weights `w [E * N, K]`; returns the aligned `[rows, N]` and the quantized weights (for
-    /// caching).
+    /// `layout`, or its packed tokens `[tokens, K]`, as `input_rows` says), the stacked weights
+    /// `w [E * N, K]` and the experts' biases `[E, N]`; returns Y laid out as `x` and the
+    /// quantized weights (for caching).
     fn lowp_grouped_linear(
         x: FloatTensor<Self>,
         input_rows: InputRows,
         w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         layout: &GroupLayout<Self::Quant>,
         op: GroupedLinearOp<Self::Quant>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<Self::Quant>)>;
@@ -300,18 +301,6 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
-    /// `y [rows, N] + bias[g]` on the token rows of each group `g` (`bias [E, N]`).
-    fn lowp_add_group_bias(
-        y: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        layout: &GroupLayout<Self::Quant>,
-    ) -> FloatTensor<Self> {
-        Self::from_quant(super::grouped_rows::add_group_bias(
-            Self::to_quant(y),
-            Self::to_quant(bias),
-            layout,
-        ))
-    }
 }
 
 /// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
@@ -429,8 +418,8 @@ macro_rules! forward_only_linear {
                 let (y, _, qw) = forward(x, w, bias, &op, false, false)?;
                 Ok((y, qw))
             }
-            fn lowp_grouped_linear(x: FloatTensor<Self>, input_rows: InputRows, w: FloatTensor<Self>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
-                super::grouped_linear::grouped_linear_forward_only(x, input_rows, w, layout, op)
+            fn lowp_grouped_linear(x: FloatTensor<Self>, input_rows: InputRows, w: FloatTensor<Self>, bias: Option<FloatTensor<Self>>, layout: &GroupLayout<Self>, op: GroupedLinearOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>)> {
+                super::grouped_linear::grouped_linear_forward_only(x, input_rows, w, bias, layout, op)
             }
             fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
                 <Self as LowpBackend>::group_layout(m_splits, tokens)
@@ -717,10 +706,11 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         x: FloatTensor<Self>,
         input_rows: InputRows,
         w: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
         layout: &GroupLayout<B>,
         op: GroupedLinearOp<B>,
     ) -> Result<(FloatTensor<Self>, QuantizedTensor<B>)> {
-        super::grouped_linear::grouped_linear_autodiff::<B, C>(x, input_rows, w, layout, op)
+        super::grouped_linear::grouped_linear_autodiff::<B, C>(x, input_rows, w, bias, layout, op)
     }
 
     fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<B>> {
@@ -742,13 +732,6 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         super::grouped_rows::move_rows_autodiff::<B, C>(t, layout, direction)
     }
 
-    fn lowp_add_group_bias(
-        y: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        layout: &GroupLayout<B>,
-    ) -> FloatTensor<Self> {
-        super::grouped_rows::add_group_bias_autodiff::<B, C>(y, bias, layout)
-    }
 
     fn lowp_norm_rows(
         x: FloatTensor<Self>,

@@ -581,6 +581,82 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
     println!("{cases} padded FP8 quantizations bit-exact against pad-then-quantize");
 }
 
+/// `grouped_dbias_amax`: each group's column sums (f32, against f64 sums of the same values
+/// within 1e-5 of the column's absolute sum: f32 accumulation in another order) and, where the
+/// backend takes them (CubeBackend), each group's amax, exact; packed rows read through the
+/// layout's row map give the same bits as the padded batch; and current scaling on those amaxes
+/// (`GroupedFp8Scaling::CurrentFromAmax`) quantizes exactly as with its own amax pass.
+pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    use burn_lowp::backend::grouped::quantize_fp8_padded_after_move;
+    use burn_lowp::backend::{GroupedFp8Scaling, InputRows};
+    // (A partial last cube of column pairs; FP8 needs K divisible by 16.)
+    let cols = 1040;
+    for (splits, tokens) in [(vec![0i32, 200, 37, 63], 300usize), (vec![1, 1, 0, 128, 129, 0], 259)] {
+        let host = group_layout(&splits, tokens);
+        let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
+            device,
+        );
+        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        for &dtype in dtypes {
+            let context = format!("splits {splits:?}, {}", dtype.name());
+            let mut dy = input(tokens, cols, dtype, 31);
+            dy.values[7] = f32::NAN; // skipped by the amax, carried by the sum
+            let packed = || B::float_from_host(&dy, device);
+            let aligned = B::lowp_gather_rows(packed(), layout.aligned_to_packed.clone());
+            let (sums_p, amax_p) = B::grouped_dbias_amax(packed(), InputRows::Packed, &layout, true).unwrap();
+            let (sums_a, amax_a) = B::grouped_dbias_amax(aligned, InputRows::Aligned, &layout, true).unwrap();
+            let floats = |t| {
+                burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+                    .into_data()
+                    .convert::<f32>()
+                    .into_vec::<f32>()
+                    .unwrap()
+            };
+            let (sums_p, sums_a) = (floats(sums_p), floats(sums_a));
+            assert_eq!(sums_p.len(), splits.len() * cols, "{context}: [groups, cols]");
+            assert!(sums_p.iter().zip(&sums_a).all(|(p, a)| p.to_bits() == a.to_bits()), "{context}: packed and aligned sums differ");
+            let mut first = 0usize;
+            for (g, &n) in splits.iter().enumerate() {
+                let rows = first..first + n as usize;
+                for c in 0..cols {
+                    let column = rows.clone().map(|r| dy.values[r * cols + c] as f64);
+                    let (sum, abs) = column.fold((0.0f64, 0.0f64), |(s, a), v| (s + v, a + v.abs()));
+                    let got = sums_p[g * cols + c] as f64;
+                    if sum.is_nan() {
+                        assert!(got.is_nan(), "{context}: group {g} column {c}: NaN expected, got {got}");
+                    } else {
+                        assert!((got - sum).abs() <= 1e-5 * abs, "{context}: group {g} column {c}: {got} against {sum}");
+                    }
+                }
+                if let Some(amax) = &amax_p {
+                    let amax = B::bytes_to_host(amax);
+                    let got = f32::from_le_bytes(amax[4 * g..4 * g + 4].try_into().unwrap());
+                    let want = burn_lowp::format::scaling::amax(&dy.values[rows.start * cols..rows.end * cols]);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{context}: group {g} amax");
+                }
+                first += n as usize;
+            }
+            assert_eq!(amax_p.is_some(), amax_a.is_some(), "{context}: amax taken in one read");
+            if let Some(amax) = amax_p {
+                assert_eq!(B::bytes_to_host(&amax), B::bytes_to_host(&amax_a.unwrap()), "{context}: packed and aligned amaxes");
+                let config = Fp8CurrentScaling::new(Fp8Format::E4M3);
+                for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
+                    let fused = B::quantize_fp8_grouped_padded(packed(), &layout,
+                        GroupedFp8Scaling::CurrentFromAmax { config, amax: amax.clone() }, Usage::BOTH, group_scaling).unwrap();
+                    let twin = quantize_fp8_padded_after_move(packed(), &layout, GroupedFp8Scaling::Current(config), Usage::BOTH, group_scaling).unwrap();
+                    let defined = host.groups.iter().map(|g| g.start + g.len).max().unwrap_or(0) * cols;
+                    for direction in [Direction::Rowwise, Direction::Columnwise] {
+                        assert_eq!(fp8_storage_bytes(&fused, direction, defined), fp8_storage_bytes(&twin, direction, defined),
+                            "{context}: {group_scaling:?} {direction:?}: quantized on the taken amaxes");
+                    }
+                }
+            }
+        }
+    }
+    println!("grouped dbias and amaxes match the reference");
+}
+
 /// `lowp_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
 /// copy), for every dtype given; rows of a whole number of 32-bit words take the row-gather kernel
 /// on CubeBackend, odd f16 rows Burn's `select`.
@@ -834,6 +910,11 @@ macro_rules! kernel_suite {
         #[test]
         fn padded_fp8_quantize_matches_pad_then_quantize() {
             if let Some(d) = $device { crate::suite::check_padded_fp8_quantize_matches_pad_then_quantize::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn grouped_dbias_amax_matches_reference() {
+            if let Some(d) = $device { crate::suite::check_grouped_dbias_amax_matches_reference::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
