@@ -1303,32 +1303,42 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         y: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         row_group: IntTensor<Self>,
+        gather: Option<IntTensor<Self>>,
     ) -> FloatTensor<Self> {
         let (shape, bias_shape) = (y.shape(), bias.shape());
-        let index_kind = index_kind(row_group.dtype);
         let kind = elem_kind(y.dtype, "grouped bias input").ok();
         let fits = shape.num_dims() == 2
             && bias_shape.num_dims() == 2
             && bias_shape[1] == shape[1]
             && shape[1] % 2 == 0
-            && y.dtype == bias.dtype;
-        let (Some(index_kind), Some(kind), true) = (index_kind, kind, fits) else {
-            return crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
+            && y.dtype == bias.dtype
+            && gather.as_ref().is_none_or(|g| g.shape().num_dims() == 1);
+        let (Some(kind), true) = (kind, fits) else {
+            let sum = crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
+            return match gather {
+                Some(index) => Self::lowp_gather_rows(sum, index),
+                None => sum,
+            };
         };
-        let (y, bias, row_group) = (into_contiguous(y), into_contiguous(bias), into_contiguous(row_group));
+        // (Labels and the gather index in one integer type: i32, as the layout makes them.)
+        let row_group = i32_labels::<R, F, I, BT>(row_group);
+        let gather = gather.map(i32_labels::<R, F, I, BT>);
+        let (y, bias) = (into_contiguous(y), into_contiguous(bias));
         let (rows, cols) = (shape[0], shape[1]);
+        let out_rows = gather.as_ref().map_or(rows, |g| g.shape()[0]);
         let handle = kernels::group_bias::group_bias_add(
             &y.client,
             &y.handle,
             &bias.handle,
             &row_group.handle,
-            index_kind,
+            kernels::row_gather::IndexKind::I32,
             rows,
             cols,
             bias_shape[0],
             kind,
+            gather.as_ref().map(|g| (&g.handle, out_rows)),
         );
-        CubeTensor::new_contiguous(y.client.clone(), y.device.clone(), Shape::new([rows, cols]), handle, y.dtype)
+        CubeTensor::new_contiguous(y.client.clone(), y.device.clone(), Shape::new([out_rows, cols]), handle, y.dtype)
     }
 
     /// On the device: each 128-row chunk summed (`sum_dim`), then the chunks of each group added

@@ -208,14 +208,22 @@ pub trait LowpBackend: Backend {
     }
 
     /// `y [rows, cols] + bias[g]` on the rows whose group `row_group[r]` is below the bias's row
-    /// count (`bias [groups, cols]`); other rows (padding, tail) add zero. The default selects a
-    /// per-row bias matrix and adds it; CubeBackend adds in one kernel.
+    /// count (`bias [groups, cols]`); other rows (padding, tail) add zero. With `gather`, row r of
+    /// the result is that sum's row `gather[r]` (every index below `rows`): an aligned grouped
+    /// output unpadded to its tokens (`GroupLayout::packed_to_aligned`) and biased in one pass.
+    /// The default selects a per-row bias matrix, adds it, then gathers; CubeBackend runs one
+    /// kernel.
     fn lowp_group_bias_add(
         y: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         row_group: IntTensor<Self>,
+        gather: Option<IntTensor<Self>>,
     ) -> FloatTensor<Self> {
-        crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group)
+        let sum = crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
+        match gather {
+            Some(index) => Self::lowp_gather_rows(sum, index),
+            None => sum,
+        }
     }
 
     /// The experts of each token, `[T, k]` i32-or-wider Int, best first (ties to the lower

@@ -340,13 +340,12 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
         debug.layer.observe_experts(TensorKind::Weight, &w, Some(&qw), &weights)?;
         debug.layer.observe_experts::<Q>(TensorKind::Output, &y, None, &tokens)?;
     }
-    let y = match bias {
-        Some(bias) => Q::lowp_group_bias_add(y, bias, layout.row_group.clone()),
-        None => y,
-    };
-    let y = match input_rows {
-        InputRows::Aligned => y,
-        InputRows::Packed => move_rows(y, layout, RowMove::Unpad),
+    // Packed: the unpad and the bias add are one pass.
+    let unpad = (input_rows == InputRows::Packed).then(|| layout.packed_to_aligned.clone());
+    let y = match (bias, unpad) {
+        (Some(bias), unpad) => Q::lowp_group_bias_add(y, bias, layout.row_group.clone(), unpad),
+        (None, Some(_)) => move_rows(y, layout, RowMove::Unpad),
+        (None, None) => y,
     };
     Ok((y, qx, qw))
 }

@@ -691,7 +691,7 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     }
 }
 
-/// `lowp_group_bias_add` adds bias row `g` to the rows of group `g < groups` and a zero bias to
+/// `lowp_group_bias_add` (plain and gathered) adds bias row `g` to the rows of group `g < groups` and a zero bias to
 /// padding and tail rows (-0 becomes +0), the sum rounded once to the dtype (nearest even), bit
 /// for bit.
 /// Rows of whole words take the kernel on CubeBackend; the odd f32 width takes Burn ops.
@@ -713,6 +713,7 @@ pub fn check_group_bias_add_matches_reference<B: LowpBackend>(device: &B::Device
                     device,
                 )
                 .into_primitive(),
+                None,
             );
             let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
             assert_eq!(got.dims(), [rows, cols], "{dtype:?} cols {cols}: shape");
@@ -730,6 +731,30 @@ pub fn check_group_bias_add_matches_reference<B: LowpBackend>(device: &B::Device
                 .collect();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{dtype:?} cols {cols}");
+            // Gathered: out row r is the sum's row index[r] (rows repeated, in any order).
+            let index: Vec<i64> = vec![36, 0, 5, 5, 12, 1, 30];
+            let gathered = B::lowp_group_bias_add(
+                B::float_from_host(&y, device),
+                B::float_from_host(&bias, device),
+                burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+                    burn::tensor::TensorData::new(row_group.clone(), [rows]),
+                    device,
+                )
+                .into_primitive(),
+                Some(
+                    burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+                        burn::tensor::TensorData::new(index.clone(), [index.len()]),
+                        device,
+                    )
+                    .into_primitive(),
+                ),
+            );
+            let gathered = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(gathered));
+            assert_eq!(gathered.dims(), [index.len(), cols], "{dtype:?} cols {cols}: gathered shape");
+            let gathered: Vec<f32> = gathered.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+            let want_gathered: Vec<f32> =
+                index.iter().flat_map(|&r| want[r as usize * cols..(r as usize + 1) * cols].to_vec()).collect();
+            assert_eq!(bits(&gathered), bits(&want_gathered), "{dtype:?} cols {cols}: gathered");
         }
     }
 }
