@@ -118,6 +118,8 @@ def step_case(experts, tokens, features, splits):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ours", help="JSON lines from benches/grouped.rs")
+    parser.add_argument("--steps-only", action="store_true",
+                        help="only the GroupedLinear step (no grouped GEMM cases)")
     args = parser.parse_args()
     ours = []
     if args.ours:
@@ -131,6 +133,8 @@ def main():
 
     torch_results = {}
     shapes = [(8, 32768, 7168, 2048), (16, 32768, 2048, 768), (128, 65536, 2048, 1536)]
+    if args.steps_only:
+        shapes = []
     for experts, tokens, k, n in shapes:
         for dist in ["balanced", "skewed"]:
             splits = next((o["splits"] for o in ours if o.get("bench") == "grouped_gemm"
