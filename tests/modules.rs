@@ -70,6 +70,13 @@ mod cuda {
     }
 
     #[test]
+    fn grouped_deferred_scales_equal_the_scale_pass() {
+        if let Some(d) = device() {
+            crate::grouped::check_grouped_deferred_scales_equal_the_scale_pass::<Backend>(&d);
+        }
+    }
+
+    #[test]
     fn grouped_large_known_groups_run_per_group() {
         if let Some(d) = device() {
             crate::grouped::check_grouped_large_known_groups_run_per_group::<Backend>(&d);

@@ -1233,6 +1233,19 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         Ok((sums, amaxes))
     }
 
+    fn lowp_grouped_gemm_unscaled(
+        kind: super::GemmKind,
+        a: GroupedOperand<Self>,
+        b: GroupedOperand<Self>,
+        options: super::GemmOptions<Self>,
+    ) -> Result<(FloatTensor<Self>, Option<(FloatTensor<Self>, FloatTensor<Self>)>)> {
+        #[cfg(feature = "cuda")]
+        if super::cuda_gemm::is_cuda::<R>() {
+            return super::cuda_grouped::grouped_gemm_unscaled(kind, a, b, options, true);
+        }
+        Ok((super::grouped::grouped_gemm_per_group(kind, a, b, options)?, None))
+    }
+
     fn lowp_grouped_gemm(
         kind: super::GemmKind,
         a: GroupedOperand<Self>,
@@ -1299,44 +1312,55 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
 
     /// One kernel (`kernels::group_bias`) where y and the bias share a dtype and rows are whole
     /// words; Burn ops otherwise.
-    fn lowp_group_bias_add(
+    fn lowp_group_epilogue(
         y: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
         row_group: IntTensor<Self>,
-        gather: Option<IntTensor<Self>>,
+        epilogue: super::GroupEpilogue<Self>,
     ) -> FloatTensor<Self> {
-        let (shape, bias_shape) = (y.shape(), bias.shape());
-        let kind = elem_kind(y.dtype, "grouped bias input").ok();
+        let shape = y.shape();
+        let kind = elem_kind(y.dtype, "grouped GEMM output").ok();
+        let groups = match (&epilogue.bias, &epilogue.scales) {
+            (Some(b), _) => b.shape()[0],
+            (None, Some((a, _))) => a.shape()[0],
+            (None, None) => 0,
+        };
         let fits = shape.num_dims() == 2
-            && bias_shape.num_dims() == 2
-            && bias_shape[1] == shape[1]
             && shape[1] % 2 == 0
-            && y.dtype == bias.dtype
-            && gather.as_ref().is_none_or(|g| g.shape().num_dims() == 1);
+            && epilogue.bias.as_ref().is_none_or(|b| {
+                b.shape().num_dims() == 2 && b.shape()[1] == shape[1] && b.dtype == y.dtype
+            })
+            && epilogue.scales.as_ref().is_none_or(|(a, b)| {
+                a.dtype == DType::F32
+                    && b.dtype == DType::F32
+                    && a.shape().num_elements() == groups
+                    && b.shape().num_elements() == groups
+            })
+            && epilogue.gather.as_ref().is_none_or(|g| g.shape().num_dims() == 1);
         let (Some(kind), true) = (kind, fits) else {
-            let sum = crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
-            return match gather {
-                Some(index) => Self::lowp_gather_rows(sum, index),
-                None => sum,
-            };
+            return super::grouped::group_epilogue_by_ops(y, row_group, epilogue);
         };
         // (Labels and the gather index in one integer type: i32, as the layout makes them.)
         let row_group = i32_labels::<R, F, I, BT>(row_group);
-        let gather = gather.map(i32_labels::<R, F, I, BT>);
-        let (y, bias) = (into_contiguous(y), into_contiguous(bias));
+        let gather = epilogue.gather.map(i32_labels::<R, F, I, BT>);
+        let bias = epilogue.bias.map(into_contiguous);
+        let scales = epilogue.scales.map(|(a, b)| (into_contiguous(a), into_contiguous(b)));
+        let y = into_contiguous(y);
         let (rows, cols) = (shape[0], shape[1]);
         let out_rows = gather.as_ref().map_or(rows, |g| g.shape()[0]);
-        let handle = kernels::group_bias::group_bias_add(
+        let handle = kernels::group_epilogue::group_epilogue(
             &y.client,
             &y.handle,
-            &bias.handle,
             &row_group.handle,
             kernels::row_gather::IndexKind::I32,
             rows,
             cols,
-            bias_shape[0],
+            groups,
             kind,
-            gather.as_ref().map(|g| (&g.handle, out_rows)),
+            kernels::group_epilogue::Epilogue {
+                bias: bias.as_ref().map(|b| &b.handle),
+                scales: scales.as_ref().map(|(a, b)| (&a.handle, &b.handle)),
+                gather: gather.as_ref().map(|g| (&g.handle, out_rows)),
+            },
         );
         CubeTensor::new_contiguous(y.client.clone(), y.device.clone(), Shape::new([out_rows, cols]), handle, y.dtype)
     }

@@ -113,11 +113,28 @@ pub fn grouped_gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
     b: GroupedOperand<Cube<R, F, I, BT>>,
     options: GemmOptions<Cube<R, F, I, BT>>,
 ) -> Result<CubeTensor<R>> {
+    Ok(grouped_gemm_unscaled(kind, a, b, options, false)?.0)
+}
+
+/// `grouped_gemm`; with `defer_scales`, a pointer array on per-group FP8 scales writing the
+/// dtype asked for leaves its scale pass to the caller and returns the two operands' per-group
+/// `scale_inv` (f32 `[groups]`: ours A, then B) with the unit-scale output
+/// (`LowpBackend::lowp_grouped_gemm_unscaled`).
+#[allow(clippy::type_complexity)]
+pub fn grouped_gemm_unscaled<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    kind: GemmKind,
+    a: GroupedOperand<Cube<R, F, I, BT>>,
+    b: GroupedOperand<Cube<R, F, I, BT>>,
+    options: GemmOptions<Cube<R, F, I, BT>>,
+    defer_scales: bool,
+) -> Result<(CubeTensor<R>, Option<(CubeTensor<R>, CubeTensor<R>)>)> {
     let shape = grouped_output_shape(kind, &a, &b)?;
     super::grouped::check_grouped_options(kind, &options)?;
     match grouped_gemm_path(kind, a, b) {
-        GroupedGemmPath::PointerArray(inner) => pointer_array(kind, a, b, inner, shape, options),
-        GroupedGemmPath::PerGroup(inner) => per_group(kind, a, b, inner, shape, options),
+        GroupedGemmPath::PointerArray(inner) => {
+            pointer_array(kind, a, b, inner, shape, options, defer_scales)
+        }
+        GroupedGemmPath::PerGroup(inner) => Ok((per_group(kind, a, b, inner, shape, options)?, None)),
     }
 }
 
@@ -162,7 +179,8 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     inner: GemmPath,
     [rows, cols]: [usize; 2],
     options: GemmOptions<Cube<R, F, I, BT>>,
-) -> Result<CubeTensor<R>> {
+    defer_scales: bool,
+) -> Result<(CubeTensor<R>, Option<(CubeTensor<R>, CubeTensor<R>)>)> {
     let (da, db) = kind.directions();
     let (sa, sb) = (a.tensor.require(da)?, b.tensor.require(db)?);
     let (client, device) = location(a.tensor).expect("checked by the path");
@@ -298,6 +316,17 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         },
     )?;
     drop(keep);
+    // The scale pass, or the scales for the caller's epilogue (`group_epilogue`: one pass for
+    // the scales, the biases and the unpad) where the output already has the dtype asked for.
+    let deferred = scale_pass.filter(|_| defer_scales && d_dtype == DType::from(options.out_dtype));
+    if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = deferred {
+        let scales = |h: &Handle| {
+            CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::new([groups.count]), h.clone(), DType::F32)
+        };
+        let pair = (scales(scale_a), scales(scale_b));
+        let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
+        return Ok((out, Some(pair)));
+    }
     if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = scale_pass {
         kernels::row_scale::group_row_scale_in_place(
             &client,
@@ -315,11 +344,12 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         );
     }
     let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
-    Ok(if out.dtype() == DType::from(options.out_dtype) {
+    let out = if out.dtype() == DType::from(options.out_dtype) {
         out
     } else {
         Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
-    })
+    };
+    Ok((out, None))
 }
 
 /// The per-group `scale_inv` arrays of a pointer-array FP8 GEMM's two operands (ours: A the

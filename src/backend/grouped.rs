@@ -333,6 +333,56 @@ pub fn grouped_dbias_after_move<B: LowpBackend>(
     Ok(B::float_cast(sums, burn::tensor::FloatDType::F32))
 }
 
+/// What `LowpBackend::lowp_group_epilogue` applies to a grouped GEMM's output: per-group biases
+/// `[groups, cols]` (y's dtype), per-group scale pairs (f32 `[groups]` each) and a row gather.
+#[derive(Debug, Clone)]
+pub struct GroupEpilogue<B: LowpBackend> {
+    pub bias: Option<FloatTensor<B>>,
+    pub scales: Option<(FloatTensor<B>, FloatTensor<B>)>,
+    pub gather: Option<IntTensor<B>>,
+}
+
+impl<B: LowpBackend> GroupEpilogue<B> {
+    /// Nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.bias.is_none() && self.scales.is_none() && self.gather.is_none()
+    }
+}
+
+/// `LowpBackend::lowp_group_epilogue` in Burn tensor ops: the scale (in f32, rounded once to y's
+/// dtype), the bias add, the gather, one after another.
+pub fn group_epilogue_by_ops<B: LowpBackend>(
+    y: FloatTensor<B>,
+    row_group: IntTensor<B>,
+    epilogue: GroupEpilogue<B>,
+) -> FloatTensor<B> {
+    use burn::tensor::FloatDType;
+    let mut y = y;
+    if let Some((scale_a, scale_b)) = epilogue.scales {
+        let dtype = crate::backend::float_dtype(y.dtype());
+        let groups = scale_a.shape().num_elements();
+        let column = |t: FloatTensor<B>| {
+            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, Shape::new([groups, 1]))))
+        };
+        let factor = column(scale_a).mul(column(scale_b));
+        // Rows of no group read the zero row.
+        let per_row = crate::ops::grouped_rows::select_rows_or_zero::<B>(
+            factor.into_primitive().tensor(),
+            row_group.clone(),
+        );
+        let scaled = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::float_cast(y, FloatDType::F32)))
+            .mul(Tensor::from_primitive(TensorPrimitive::Float(per_row)));
+        y = B::float_cast(scaled.into_primitive().tensor(), dtype);
+    }
+    if let Some(bias) = epilogue.bias {
+        y = crate::ops::grouped_rows::add_selected_bias::<B>(y, bias, row_group);
+    }
+    match epilogue.gather {
+        Some(index) => B::lowp_gather_rows(y, index),
+        None => y,
+    }
+}
+
 /// `x` is the packed `[layout.tokens, cols]` batch of `layout`.
 pub fn check_packed_rows<B: LowpBackend>(x: &FloatTensor<B>, layout: &GroupLayout<B>) -> Result<()> {
     let shape = x.shape();

@@ -42,7 +42,7 @@ pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
 pub use gemm_tuning::{load_gemm_tuning, save_gemm_tuning};
 pub use grouped::{
     per_group_pays, BatchedOperands, GroupLayout, GroupedFp8Scaling, GroupedGemmPath,
-    GroupedOperand, Groups, InputRows, RowGroup,
+    GroupEpilogue, GroupedOperand, Groups, InputRows, RowGroup,
 };
 pub use host_sync::{host_syncs, HostSyncs};
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
@@ -167,6 +167,22 @@ pub trait LowpBackend: Backend {
         Ok((grouped::grouped_dbias_after_move(dy, rows, layout)?, None))
     }
 
+    /// `lowp_grouped_gemm`, except that a grouped FP8 GEMM on per-group scales whose per-group
+    /// scaling would be a pass over its output (CUDA's pointer array) may leave that pass to the
+    /// caller: it then returns the unit-scale output and the two operands' per-group `scale_inv`
+    /// (f32 `[groups]`, operand `a`'s then `b`'s) that group g's rows are to be multiplied by
+    /// (`lowp_group_epilogue` applies them with the biases and the unpad in one pass). The
+    /// default applies them itself.
+    #[allow(clippy::type_complexity)]
+    fn lowp_grouped_gemm_unscaled(
+        kind: GemmKind,
+        a: GroupedOperand<Self>,
+        b: GroupedOperand<Self>,
+        options: GemmOptions<Self>,
+    ) -> Result<(FloatTensor<Self>, Option<(FloatTensor<Self>, FloatTensor<Self>)>)> {
+        Ok((Self::lowp_grouped_gemm(kind, a, b, options)?, None))
+    }
+
     /// One GEMM per group (`GemmKind` per group, see `grouped::grouped_output_shape`). The
     /// default runs each group's GEMM on the host-known groups (`grouped_gemm_per_group`); CUDA
     /// runs fprop and dgrad of BF16 and FP8 per-tensor operands as one graph-safe cuBLASLt call,
@@ -207,23 +223,18 @@ pub trait LowpBackend: Backend {
         crate::ops::grouped_rows::select_rows_or_zero::<Self>(t, index)
     }
 
-    /// `y [rows, cols] + bias[g]` on the rows whose group `row_group[r]` is below the bias's row
-    /// count (`bias [groups, cols]`); other rows (padding, tail) add zero. With `gather`, row r of
-    /// the result is that sum's row `gather[r]` (every index below `rows`): an aligned grouped
-    /// output unpadded to its tokens (`GroupLayout::packed_to_aligned`) and biased in one pass.
-    /// The default selects a per-row bias matrix, adds it, then gathers; CubeBackend runs one
-    /// kernel.
-    fn lowp_group_bias_add(
+    /// The epilogue of a grouped GEMM's output `y [rows, cols]` whose row r belongs to group
+    /// `row_group[r]` (`grouped::GroupEpilogue`): group g's rows multiplied by
+    /// `scale_a[g] * scale_b[g]` and `bias[g]` added (rows of no group, `row_group[r] >= groups`,
+    /// scaled by 0 and biased by 0), each step rounded to y's dtype; with a gather index, row r
+    /// of the result is that of y row `gather[r]` (an aligned output unpadded to its tokens,
+    /// `GroupLayout::packed_to_aligned`). The default runs Burn ops; CubeBackend one kernel.
+    fn lowp_group_epilogue(
         y: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
         row_group: IntTensor<Self>,
-        gather: Option<IntTensor<Self>>,
+        epilogue: grouped::GroupEpilogue<Self>,
     ) -> FloatTensor<Self> {
-        let sum = crate::ops::grouped_rows::add_selected_bias::<Self>(y, bias, row_group);
-        match gather {
-            Some(index) => Self::lowp_gather_rows(sum, index),
-            None => sum,
-        }
+        grouped::group_epilogue_by_ops(y, row_group, epilogue)
     }
 
     /// The experts of each token, `[T, k]` i32-or-wider Int, best first (ties to the lower

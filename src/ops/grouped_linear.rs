@@ -24,7 +24,8 @@ use super::grouped_rows::{move_rows, RowMove};
 use crate::backend::grouped::check_packed_rows;
 pub use crate::backend::grouped::InputRows;
 use crate::backend::{
-    GemmKind, GemmOptions, GroupLayout, GroupedFp8Scaling, GroupedOperand, Groups, LowpBackend,
+    GemmKind, GemmOptions, GroupEpilogue, GroupLayout, GroupedFp8Scaling, GroupedOperand, Groups,
+    LowpBackend,
 };
 use crate::debug::layer::ExpertRows;
 use crate::debug::{LayerDebug, TensorKind};
@@ -316,7 +317,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
             },
         )?,
     };
-    let y = Q::lowp_grouped_gemm(
+    let (y, scales) = Q::lowp_grouped_gemm_unscaled(
         GemmKind::Fprop,
         GroupedOperand {
             tensor: &qx,
@@ -333,21 +334,46 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
             bias: None,
         },
     )?;
-    if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
+    let y = if let (Some(debug), Some((x, w))) = (&op.debug, originals) {
+        // (A debug session observes the scaled product, before the biases.)
+        let y = finish_output(y, scales, None, InputRows::Aligned, layout);
         let tokens = ExpertsDebug::tokens(layout);
         let weights = debug.weights(&op.weight_groups, layout);
         debug.layer.observe_experts(TensorKind::Activation, &x, Some(&qx), &tokens)?;
         debug.layer.observe_experts(TensorKind::Weight, &w, Some(&qw), &weights)?;
         debug.layer.observe_experts::<Q>(TensorKind::Output, &y, None, &tokens)?;
-    }
-    // Packed: the unpad and the bias add are one pass.
-    let unpad = (input_rows == InputRows::Packed).then(|| layout.packed_to_aligned.clone());
-    let y = match (bias, unpad) {
-        (Some(bias), unpad) => Q::lowp_group_bias_add(y, bias, layout.row_group.clone(), unpad),
-        (None, Some(_)) => move_rows(y, layout, RowMove::Unpad),
-        (None, None) => y,
+        finish_output(y, None, bias, input_rows, layout)
+    } else {
+        finish_output(y, scales, bias, input_rows, layout)
     };
     Ok((y, qx, qw))
+}
+
+/// The rest of a grouped GEMM's output in one pass (`LowpBackend::lowp_group_epilogue`): the
+/// per-expert FP8 scales the GEMM left to its consumer (`lowp_grouped_gemm_unscaled`), the
+/// experts' biases and, for packed rows, the unpad.
+fn finish_output<Q: LowpBackend>(
+    y: FloatTensor<Q>,
+    scales: Option<(FloatTensor<Q>, FloatTensor<Q>)>,
+    bias: Option<FloatTensor<Q>>,
+    rows: InputRows,
+    layout: &GroupLayout<Q>,
+) -> FloatTensor<Q> {
+    let gather = (rows == InputRows::Packed).then(|| layout.packed_to_aligned.clone());
+    match (scales, bias, gather) {
+        (None, None, None) => y,
+        // (A bare unpad moves whole rows as words.)
+        (None, None, Some(_)) => move_rows(y, layout, RowMove::Unpad),
+        (scales, bias, gather) => Q::lowp_group_epilogue(
+            y,
+            layout.row_group.clone(),
+            GroupEpilogue {
+                bias,
+                scales,
+                gather,
+            },
+        ),
+    }
 }
 
 /// Runs a deferred (or immediate) grouped wgrad: `dW [E * out, in]`, added to `accumulate`.
@@ -489,7 +515,7 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for GroupedLinearBackward {
             debug_or_warn(observed, "gradient statistics");
         }
         if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
-            let dx = Q::lowp_grouped_gemm(
+            let dx = Q::lowp_grouped_gemm_unscaled(
                 GemmKind::Dgrad,
                 GroupedOperand {
                     tensor: &qdy,
@@ -507,17 +533,16 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for GroupedLinearBackward {
                 },
             );
             let dx = match dx {
-                Ok(dx) => {
-                    if let Some((d, (tokens, _), _)) = &debug {
+                Ok((dx, scales)) => match &debug {
+                    Some((d, (tokens, _), _)) => {
+                        let dx = finish_output(dx, scales, None, InputRows::Aligned, &saved.layout);
                         let observed =
                             d.layer.observe_experts::<Q>(TensorKind::Dgrad, &dx, None, tokens);
                         debug_or_warn(observed, "dgrad statistics");
+                        finish_output(dx, None, None, rows, &saved.layout)
                     }
-                    match rows {
-                        InputRows::Aligned => dx,
-                        InputRows::Packed => move_rows(dx, &saved.layout, RowMove::Unpad),
-                    }
-                }
+                    None => finish_output(dx, scales, None, rows, &saved.layout),
+                },
                 Err(e) => {
                     errors.record(e);
                     zeros(saved.x_shape, out_dtype)

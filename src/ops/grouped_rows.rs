@@ -69,7 +69,7 @@ pub fn move_rows<B: LowpBackend>(
     }
 }
 
-/// `LowpBackend::lowp_group_bias_add` in Burn tensor ops: the per-row bias matrix (a zero row
+/// The bias add of `LowpBackend::lowp_group_epilogue` in Burn tensor ops: the per-row bias matrix (a zero row
 /// for groups past the bias's rows), then an add.
 pub fn add_selected_bias<B: LowpBackend>(
     y: FloatTensor<B>,

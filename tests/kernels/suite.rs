@@ -691,13 +691,26 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     }
 }
 
-/// `lowp_group_bias_add` (plain and gathered) adds bias row `g` to the rows of group `g < groups` and a zero bias to
-/// padding and tail rows (-0 becomes +0), the sum rounded once to the dtype (nearest even), bit
-/// for bit.
-/// Rows of whole words take the kernel on CubeBackend; the odd f32 width takes Burn ops.
-pub fn check_group_bias_add_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+/// `lowp_group_epilogue` scales group g's rows by `scale_a[g] * scale_b[g]` (rounded to the dtype,
+/// rows of no group by 0), adds bias row `g` to them and a zero bias to padding and tail rows (-0
+/// becomes +0), the sum rounded once to the dtype (nearest even), and, gathered, gives y row
+/// `index[r]`'s result as row r: bit for bit against the host, for every combination.
+pub fn check_group_epilogue_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    use burn_lowp::backend::GroupEpilogue;
     let (rows, groups) = (37, 3);
     let row_group: Vec<i64> = (0..rows as i64).map(|r| [0, 1, 3, 2, 2, 9, 1][r as usize % 7]).collect();
+    let (scale_a, scale_b) = ([0.5f32, 3.0, 2.0f32.powi(-9)], [1.25f32, 7.0, 96.0]);
+    let index: Vec<i64> = vec![36, 0, 5, 5, 12, 1, 30];
+    let ints = |v: &[i64]| {
+        burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(v.to_vec(), [v.len()]), device)
+            .into_primitive()
+    };
+    let f32s = |v: &[f32]| {
+        let m = B::float_from_host(&HostMatrix::new("scales", 1, v.len(), InputDtype::F32, v.to_vec()).unwrap(), device);
+        B::float_reshape(m, burn::tensor::Shape::new([v.len()]))
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut cases = 0;
     for &dtype in dtypes {
         for cols in [64, 3] {
             if cols % 2 == 1 && dtype != InputDtype::F32 {
@@ -705,58 +718,42 @@ pub fn check_group_bias_add_matches_reference<B: LowpBackend>(device: &B::Device
             }
             let y = input(rows, cols, dtype, 21);
             let bias = input(groups, cols, dtype, 22);
-            let got = B::lowp_group_bias_add(
-                B::float_from_host(&y, device),
-                B::float_from_host(&bias, device),
-                burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
-                    burn::tensor::TensorData::new(row_group.clone(), [rows]),
-                    device,
-                )
-                .into_primitive(),
-                None,
-            );
-            let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
-            assert_eq!(got.dims(), [rows, cols], "{dtype:?} cols {cols}: shape");
-            let got: Vec<f32> = got.into_data().convert::<f32>().into_vec::<f32>().unwrap();
-            let want: Vec<f32> = (0..rows * cols)
-                .map(|i| {
-                    let (r, c) = (i / cols, i % cols);
-                    let g = row_group[r] as usize;
-                    if g < groups {
-                        dtype.round(y.values[i] + bias.values[g * cols + c])
-                    } else {
-                        y.values[i] + 0.0
-                    }
-                })
-                .collect();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "{dtype:?} cols {cols}");
-            // Gathered: out row r is the sum's row index[r] (rows repeated, in any order).
-            let index: Vec<i64> = vec![36, 0, 5, 5, 12, 1, 30];
-            let gathered = B::lowp_group_bias_add(
-                B::float_from_host(&y, device),
-                B::float_from_host(&bias, device),
-                burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
-                    burn::tensor::TensorData::new(row_group.clone(), [rows]),
-                    device,
-                )
-                .into_primitive(),
-                Some(
-                    burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
-                        burn::tensor::TensorData::new(index.clone(), [index.len()]),
-                        device,
-                    )
-                    .into_primitive(),
-                ),
-            );
-            let gathered = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(gathered));
-            assert_eq!(gathered.dims(), [index.len(), cols], "{dtype:?} cols {cols}: gathered shape");
-            let gathered: Vec<f32> = gathered.into_data().convert::<f32>().into_vec::<f32>().unwrap();
-            let want_gathered: Vec<f32> =
-                index.iter().flat_map(|&r| want[r as usize * cols..(r as usize + 1) * cols].to_vec()).collect();
-            assert_eq!(bits(&gathered), bits(&want_gathered), "{dtype:?} cols {cols}: gathered");
+            for (with_bias, with_scales, gathered) in
+                [(true, false, false), (true, false, true), (false, true, false), (true, true, false), (true, true, true), (false, true, true)]
+            {
+                let epilogue = GroupEpilogue {
+                    bias: with_bias.then(|| B::float_from_host(&bias, device)),
+                    scales: with_scales.then(|| (f32s(&scale_a), f32s(&scale_b))),
+                    gather: gathered.then(|| ints(&index)),
+                };
+                let got = B::lowp_group_epilogue(B::float_from_host(&y, device), ints(&row_group), epilogue);
+                let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
+                let out_rows = if gathered { index.len() } else { rows };
+                let context = format!("{dtype:?} cols {cols}, bias {with_bias}, scales {with_scales}, gathered {gathered}");
+                assert_eq!(got.dims(), [out_rows, cols], "{context}: shape");
+                let got: Vec<f32> = got.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+                let row_of = |r: usize| if gathered { index[r] as usize } else { r };
+                let want: Vec<f32> = (0..out_rows * cols)
+                    .map(|i| {
+                        let (r, c) = (row_of(i / cols), i % cols);
+                        let g = row_group[r] as usize;
+                        let mut v = y.values[r * cols + c];
+                        if with_scales {
+                            let factor = if g < groups { scale_a[g] * scale_b[g] } else { 0.0 };
+                            v = dtype.round(v * factor);
+                        }
+                        if with_bias {
+                            v = if g < groups { dtype.round(v + bias.values[g * cols + c]) } else { v + 0.0 };
+                        }
+                        v
+                    })
+                    .collect();
+                assert_eq!(bits(&got), bits(&want), "{context}");
+                cases += 1;
+            }
         }
     }
+    println!("{cases} group epilogues bit-exact");
 }
 
 /// A grouped input laid out as the layout of `splits` says: packed random rows at their aligned
@@ -949,9 +946,9 @@ macro_rules! kernel_suite {
         }
 
         #[test]
-        fn group_bias_add_matches_reference() {
+        fn group_epilogue_matches_reference() {
             let dtypes: Vec<_> = dtypes().into_iter().filter(|d| *d != burn_lowp::format::InputDtype::BF16).collect();
-            if let Some(d) = $device { crate::suite::check_group_bias_add_matches_reference::<$backend>(&d, &dtypes); }
+            if let Some(d) = $device { crate::suite::check_group_epilogue_matches_reference::<$backend>(&d, &dtypes); }
         }
 
         #[test]

@@ -541,6 +541,63 @@ pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Devic
     }
 }
 
+/// The pointer array on per-expert FP8 scales may leave its scale pass to the consumer (CUDA):
+/// `lowp_grouped_gemm_unscaled` then returns the unit-scale product and the operands' per-expert
+/// `scale_inv`, and `lowp_group_epilogue` with those scales gives the scaled GEMM's output bit for
+/// bit (fprop and dgrad); gathered with the layout's unpad map, its token rows. Shared scales
+/// and BF16 leave nothing to the consumer.
+pub fn check_grouped_deferred_scales_equal_the_scale_pass<B: LowpBackend>(device: &B::Device) {
+    use burn::tensor::TensorPrimitive;
+    use burn_lowp::backend::{GemmKind, GemmOptions, GroupEpilogue, GroupedOperand};
+    use burn_lowp::format::grouped::GroupScaling;
+    let _turn = turn();
+    let case = [300i64, 0, 17, 195];
+    let tokens = 512;
+    for (name, scaling, deferred) in [
+        ("current_scaling.json", GroupScaling::PerGroup, true),
+        ("current_scaling.json", GroupScaling::Shared, false),
+        ("bf16.json", GroupScaling::PerGroup, false),
+    ] {
+        let m = grouped::<B>(&GroupedLinearConfig::new(4, 256, 256).with_fp8_scales(scaling), name, device);
+        let layout = m.layout(splits::<AD<B>>(&case, device), tokens).unwrap();
+        let (qx, qw, weight_groups) = expert_operands(&m, &layout, scaling, device, |w, i| {
+            (((i * 5 + [2, 9][w]) % 11) as f32 - 5.0) / [4.0, 64.0][w]
+        });
+        for kind in [GemmKind::Fprop, GemmKind::Dgrad] {
+            let x_op = GroupedOperand { tensor: &qx, groups: &layout.groups };
+            let w_op = GroupedOperand { tensor: &qw, groups: &weight_groups };
+            let what = format!("{name} {scaling:?} {kind:?}");
+            let scaled = B::lowp_grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
+            let (unit, scales) = B::lowp_grouped_gemm_unscaled(kind, x_op, w_op, GemmOptions::default()).unwrap();
+            assert_eq!(scales.is_some(), deferred, "{what}: scales left to the consumer");
+            let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
+            let epilogue = |gather| GroupEpilogue { bias: None, scales: scales.clone(), gather };
+            let finished = match &scales {
+                Some(_) => B::lowp_group_epilogue(unit.clone(), layout.row_group.clone(), epilogue(None)),
+                None => unit.clone(),
+            };
+            let (scaled, finished) = (floats(scaled), floats(finished));
+            assert!(scaled == finished, "{what}: the epilogue's scaling differs from the scale pass");
+            if scales.is_some() {
+                let tokens_out = floats(B::lowp_group_epilogue(
+                    unit,
+                    layout.row_group.clone(),
+                    epilogue(Some(layout.packed_to_aligned.clone())),
+                ));
+                let cols = scaled.len() / layout.rows();
+                let map = values(Tensor::<B, 1, Int>::from_primitive(layout.packed_to_aligned.clone()).float());
+                for (t, &r) in map.iter().enumerate() {
+                    let r = r as usize;
+                    assert!(
+                        tokens_out[t * cols..(t + 1) * cols] == scaled[r * cols..(r + 1) * cols],
+                        "{what}: token {t} (aligned row {r}) of the gathered epilogue"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `fp8_scales: shared` (current scaling): every expert's GEMMs run on one scale per operand,
 /// that of the operand's amax over all experts. Forward, dX and dW equal, expert by expert, exact
 /// products of the operands quantized on the host with those shared scales (relative error per
