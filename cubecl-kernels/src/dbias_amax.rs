@@ -22,6 +22,50 @@ pub const DBIAS_UNITS: usize = 256;
 /// Rows per unit and per block of partial sums.
 pub const DBIAS_BLOCK_ROWS: usize = 64;
 
+/// Four rows' column pairs `(a_i, b_i)` added to the running sums `(sa, sb)` in row order, and,
+/// with `amax`, their `|x|` folded into the running amax bits `local`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fold_four_rows(
+    sa: f32,
+    sb: f32,
+    local: u32,
+    a0: f32,
+    b0: f32,
+    a1: f32,
+    b1: f32,
+    a2: f32,
+    b2: f32,
+    a3: f32,
+    b3: f32,
+    #[comptime] amax: bool,
+) -> (f32, f32, u32) {
+    let mut x = sa;
+    let mut y = sb;
+    x += a0;
+    x += a1;
+    x += a2;
+    x += a3;
+    y += b0;
+    y += b1;
+    y += b2;
+    y += b3;
+    let mut m = local;
+    if comptime![amax] {
+        let m01 = max(
+            max(abs_bits_for_amax(a0), abs_bits_for_amax(b0)),
+            max(abs_bits_for_amax(a1), abs_bits_for_amax(b1)),
+        );
+        let m23 = max(
+            max(abs_bits_for_amax(a2), abs_bits_for_amax(b2)),
+            max(abs_bits_for_amax(a3), abs_bits_for_amax(b3)),
+        );
+        let m4 = max(m01, m23);
+        m = select(m4 > local, m4, local);
+    }
+    (x, y, m)
+}
+
 #[cube(launch_unchecked)]
 pub fn dbias_amax_kernel(
     dy: &Array<u32>,
@@ -50,24 +94,10 @@ pub fn dbias_amax_kernel(
             let (a1, b1) = load_pair(dy, (row + 1) * cols + col, kind);
             let (a2, b2) = load_pair(dy, (row + 2) * cols + col, kind);
             let (a3, b3) = load_pair(dy, (row + 3) * cols + col, kind);
-            sa += a0;
-            sa += a1;
-            sa += a2;
-            sa += a3;
-            sb += b0;
-            sb += b1;
-            sb += b2;
-            sb += b3;
-            let m01 = max(
-                max(abs_bits_for_amax(a0), abs_bits_for_amax(b0)),
-                max(abs_bits_for_amax(a1), abs_bits_for_amax(b1)),
-            );
-            let m23 = max(
-                max(abs_bits_for_amax(a2), abs_bits_for_amax(b2)),
-                max(abs_bits_for_amax(a3), abs_bits_for_amax(b3)),
-            );
-            let m = max(m01, m23);
-            local = select(m > local, m, local);
+            let (x, y, m) = fold_four_rows(sa, sb, local, a0, b0, a1, b1, a2, b2, a3, b3, true);
+            sa = x;
+            sb = y;
+            local = m;
         }
         for row in first + 4 * quads..end {
             let (a, b) = load_pair(dy, row * cols + col, kind);

@@ -13,7 +13,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::abs_bits_for_amax;
+use crate::dbias_amax::fold_four_rows;
 use crate::group_layout::find_group;
 use crate::launch::{filled, gather_args, InputMatrix, KernelError, RowGather, RowGroups};
 use crate::pairs::load_pair;
@@ -79,33 +79,17 @@ pub fn group_dbias_amax_kernel(
         if col < cols {
             let mut sa = 0.0f32;
             let mut sb = 0.0f32;
-            // Four rows' loads before their adds (as `dbias_amax`); the adds stay in row order.
+            // Four rows' loads before their adds (`dbias_amax::fold_four_rows`), in row order.
             for q in 0..GROUP_DBIAS_ROWS / 4 {
                 let row = first + 4 * q;
                 let (a0, b0) = pair_at(dy, row_index, row, col, cols, src_rows, kind, gathered);
                 let (a1, b1) = pair_at(dy, row_index, row + 1, col, cols, src_rows, kind, gathered);
                 let (a2, b2) = pair_at(dy, row_index, row + 2, col, cols, src_rows, kind, gathered);
                 let (a3, b3) = pair_at(dy, row_index, row + 3, col, cols, src_rows, kind, gathered);
-                sa += a0;
-                sa += a1;
-                sa += a2;
-                sa += a3;
-                sb += b0;
-                sb += b1;
-                sb += b2;
-                sb += b3;
-                if comptime![amax] {
-                    let m01 = max(
-                        max(abs_bits_for_amax(a0), abs_bits_for_amax(b0)),
-                        max(abs_bits_for_amax(a1), abs_bits_for_amax(b1)),
-                    );
-                    let m23 = max(
-                        max(abs_bits_for_amax(a2), abs_bits_for_amax(b2)),
-                        max(abs_bits_for_amax(a3), abs_bits_for_amax(b3)),
-                    );
-                    let m = max(m01, m23);
-                    local = select(m > local, m, local);
-                }
+                let (x, y, m) = fold_four_rows(sa, sb, local, a0, b0, a1, b1, a2, b2, a3, b3, amax);
+                sa = x;
+                sb = y;
+                local = m;
             }
             partials[block * cols + col] = sa;
             partials[block * cols + col + 1] = sb;

@@ -110,6 +110,41 @@ pub fn group_epilogue<R: Runtime>(
     epilogue: Epilogue,
 ) -> Handle {
     assert!(cols % 2 == 0, "callers check for whole words");
+    if kind == ElemKind::F32 && epilogue.scales.is_some() && epilogue.bias.is_some() {
+        // In f32 nothing rounds between the scaling and the bias add, and the CUDA compiler
+        // contracts the two into one FMA (one rounding, where the unfused twin rounds twice:
+        // 1-ulp differences, seen on an H100). Two launches keep them apart; the training path
+        // (BF16 outputs) rounds explicitly in between and stays one pass.
+        let scaled = group_epilogue(
+            client,
+            y,
+            group,
+            index_kind,
+            rows,
+            cols,
+            groups,
+            kind,
+            Epilogue {
+                bias: None,
+                gather: None,
+                ..epilogue
+            },
+        );
+        return group_epilogue(
+            client,
+            &scaled,
+            group,
+            index_kind,
+            rows,
+            cols,
+            groups,
+            kind,
+            Epilogue {
+                scales: None,
+                ..epilogue
+            },
+        );
+    }
     let words = rows * cols * kind.bytes() / 4;
     let out_rows = epilogue.gather.map_or(rows, |(_, n)| n);
     let out_words = out_rows * cols * kind.bytes() / 4;

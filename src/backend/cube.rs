@@ -81,6 +81,17 @@ pub(super) fn kernel_error(tensor: &str) -> impl Fn(KernelError) -> LowpError + 
     move |e| LowpError::shape(tensor, e.value, e.rule)
 }
 
+/// The device scale rule of FP8 current scaling (a scale `fp8_max / amax` that overflows becomes
+/// the largest f32, as TE's per-tensor current scaling).
+fn current_scaling_rule(c: &crate::format::Fp8CurrentScaling) -> ScaleRule {
+    ScaleRule {
+        fp8: fp8_kind(c.fp8),
+        pow2: c.pow2_scales,
+        epsilon_bits: c.amax_epsilon.to_bits(),
+        value_for_inf_bits: f32::MAX.to_bits(),
+    }
+}
+
 /// Grouped kernels take matrices whose groups fill whole 128-row chunks.
 fn check_grouped_rows<R: CubeRuntime>(rows: usize, groups: &Groups<impl LowpBackend<Bytes = CubeBytes<R>>>) -> Result<()> {
     if rows != groups.rows || rows % GROUP_ALIGN != 0 {
@@ -458,12 +469,7 @@ fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
         optimize_for_gemm && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Nvfp4(_));
     let out = match config {
         FormatConfig::Fp8Current(c) => {
-            let rule = ScaleRule {
-                fp8: fp8_kind(c.fp8),
-                pow2: c.pow2_scales,
-                epsilon_bits: c.amax_epsilon.to_bits(),
-                value_for_inf_bits: f32::MAX.to_bits(),
-            };
+            let rule = current_scaling_rule(c);
             let scaling = match amax {
                 Some(amax) => kernels::TensorScaling::CurrentFromAmax {
                     rule,
@@ -950,12 +956,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let shared = scaling == GroupScaling::Shared && matches!(config, FormatConfig::Fp8Current(_));
         let out = match config {
             FormatConfig::Fp8Current(c) => {
-                let rule = ScaleRule {
-                    fp8: fp8_kind(c.fp8),
-                    pow2: c.pow2_scales,
-                    epsilon_bits: c.amax_epsilon.to_bits(),
-                    value_for_inf_bits: f32::MAX.to_bits(),
-                };
+                let rule = current_scaling_rule(c);
                 kernels::quantize_fp8_tensor(
                     &client,
                     input,
@@ -1102,15 +1103,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             rowwise: usage.rowwise,
             columnwise: usage.columnwise,
         };
-        let rule_of = |c: &crate::format::Fp8CurrentScaling| ScaleRule {
-            fp8: fp8_kind(c.fp8),
-            pow2: c.pow2_scales,
-            epsilon_bits: c.amax_epsilon.to_bits(),
-            value_for_inf_bits: f32::MAX.to_bits(),
-        };
         let out = match &scaling {
             super::GroupedFp8Scaling::Current(c) => {
-                let rule = rule_of(c);
+                let rule = current_scaling_rule(c);
                 kernels::quantize_fp8_tensor_gathered(
                     &client,
                     input,
@@ -1130,7 +1125,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                         format!("one f32 amax per group ({})", layout.groups.count),
                     ));
                 }
-                let rule = rule_of(config);
+                let rule = current_scaling_rule(config);
                 kernels::quantize_fp8_tensor_gathered(
                     &client,
                     input,
