@@ -115,30 +115,19 @@ pub fn group_epilogue<R: Runtime>(
         // contracts the two into one FMA (one rounding, where the unfused twin rounds twice:
         // 1-ulp differences, seen on an H100). Two launches keep them apart; the training path
         // (BF16 outputs) rounds explicitly in between and stays one pass.
-        let scaled = group_epilogue(
-            client,
+        let run = |y: &Handle, epilogue| {
+            group_epilogue(client, y, group, index_kind, rows, cols, groups, kind, epilogue)
+        };
+        let scaled = run(
             y,
-            group,
-            index_kind,
-            rows,
-            cols,
-            groups,
-            kind,
             Epilogue {
                 bias: None,
                 gather: None,
                 ..epilogue
             },
         );
-        return group_epilogue(
-            client,
+        return run(
             &scaled,
-            group,
-            index_kind,
-            rows,
-            cols,
-            groups,
-            kind,
             Epilogue {
                 scales: None,
                 ..epilogue

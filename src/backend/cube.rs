@@ -55,7 +55,7 @@ pub(super) fn fp8_kind(fp8: Fp8Format) -> Fp8Kind {
     }
 }
 
-/// The row-index type of an Int tensor the row kernels read (`row_gather`, `group_bias`).
+/// The row-index type of an Int tensor the row kernels read (`row_gather`, `group_epilogue`).
 fn index_kind(dtype: DType) -> Option<kernels::row_gather::IndexKind> {
     match dtype {
         DType::I32 => Some(kernels::row_gather::IndexKind::I32),
@@ -1103,71 +1103,53 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             rowwise: usage.rowwise,
             columnwise: usage.columnwise,
         };
-        let out = match &scaling {
-            super::GroupedFp8Scaling::Current(c) => {
-                let rule = current_scaling_rule(c);
-                kernels::quantize_fp8_tensor_gathered(
-                    &client,
-                    input,
-                    rule.fp8,
-                    kernels::TensorScaling::Current { rule },
-                    directions,
-                    row_groups,
-                    shared,
-                    gather,
-                )
-            }
-            super::GroupedFp8Scaling::CurrentFromAmax { config, amax } => {
-                if amax.len != 4 * layout.groups.count {
-                    return Err(LowpError::shape(
-                        "amax",
-                        format!("{} bytes", amax.len),
-                        format!("one f32 amax per group ({})", layout.groups.count),
-                    ));
-                }
-                let rule = current_scaling_rule(config);
-                kernels::quantize_fp8_tensor_gathered(
-                    &client,
-                    input,
-                    rule.fp8,
-                    kernels::TensorScaling::CurrentFromAmax {
-                        rule,
-                        amax: &amax.handle,
-                    },
-                    directions,
-                    row_groups,
-                    shared,
-                    gather,
-                )
-            }
+        let count = layout.groups.count;
+        // (Delayed scales as a contiguous tensor that outlives the launch.)
+        let delayed_scales = match &scaling {
             super::GroupedFp8Scaling::Delayed { scales, .. } => {
-                if scales.dtype != DType::F32
-                    || scales.shape().num_elements() != layout.groups.count
-                {
+                if scales.dtype != DType::F32 || scales.shape().num_elements() != count {
                     return Err(LowpError::shape(
                         "scales",
                         format!("{:?} {:?}", scales.dtype, scales.shape().as_slice()),
-                        format!(
-                            "one f32 delayed-scaling scale per group ({})",
-                            layout.groups.count
-                        ),
+                        format!("one f32 delayed-scaling scale per group ({count})"),
                     ));
                 }
-                let scales = into_contiguous(scales.clone());
-                kernels::quantize_fp8_tensor_gathered(
-                    &client,
-                    input,
-                    fp8_kind(fp8),
-                    kernels::TensorScaling::Delayed {
-                        scale: &scales.handle,
-                    },
-                    directions,
-                    row_groups,
-                    shared,
-                    gather,
-                )
+                Some(into_contiguous(scales.clone()))
             }
-        }
+            _ => None,
+        };
+        let tensor_scaling = match (&scaling, &delayed_scales) {
+            (super::GroupedFp8Scaling::Current(c), _) => kernels::TensorScaling::Current {
+                rule: current_scaling_rule(c),
+            },
+            (super::GroupedFp8Scaling::CurrentFromAmax { config, amax }, _) => {
+                if amax.len != 4 * count {
+                    return Err(LowpError::shape(
+                        "amax",
+                        format!("{} bytes", amax.len),
+                        format!("one f32 amax per group ({count})"),
+                    ));
+                }
+                kernels::TensorScaling::CurrentFromAmax {
+                    rule: current_scaling_rule(config),
+                    amax: &amax.handle,
+                }
+            }
+            (_, Some(scales)) => kernels::TensorScaling::Delayed {
+                scale: &scales.handle,
+            },
+            (super::GroupedFp8Scaling::Delayed { .. }, None) => unreachable!("checked above"),
+        };
+        let out = kernels::quantize_fp8_tensor_gathered(
+            &client,
+            input,
+            fp8_kind(fp8),
+            tensor_scaling,
+            directions,
+            row_groups,
+            shared,
+            gather,
+        )
         .map_err(kernel_error("input"))?;
         let q = wrap(&client, &device, out, format, (rows, cols), false, layout.groups.count);
         Ok(if shared { q.with_shared_scale() } else { q })
@@ -1305,8 +1287,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_optim::adamw_step::<R, F, I, BT>(param, grad, moments, step)
     }
 
-    /// One kernel (`kernels::group_bias`) where y and the bias share a dtype and rows are whole
-    /// words; Burn ops otherwise.
+    /// One kernel (`kernels::group_epilogue`; two for f32 with scales and biases) where y and the
+    /// bias share a dtype and rows are whole words; Burn ops otherwise.
     fn lowp_group_epilogue(
         y: FloatTensor<Self>,
         row_group: IntTensor<Self>,
