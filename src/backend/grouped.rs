@@ -7,21 +7,22 @@
 use std::ops::Range;
 
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Shape, Tensor, TensorCreationOptions, TensorPrimitive};
 
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
-use crate::format::grouped::{group_ranges, GroupScaling, SplitStatus};
-use crate::format::{
-    codes_shape, scales_shape, Direction, FormatConfig, Fp8CurrentScaling, Fp8Format, Usage,
-};
-use crate::ops::RowMove;
+use crate::format::grouped::{group_ranges, SplitStatus};
+use crate::format::{codes_shape, scales_shape, Direction};
 use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 pub use crate::format::grouped::{aligned_rows, RowGroup, GROUP_ALIGN};
 
 pub use super::host_copy::HostCopy;
+pub use super::packed_rows::{
+    check_packed_rows, group_epilogue_by_ops, grouped_dbias_after_move,
+    quantize_fp8_padded_after_move, GroupEpilogue, GroupedFp8Scaling, InputRows,
+};
 
 /// The host view of a grouped matrix's groups, and the check of the splits they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,163 +239,6 @@ pub fn dequantize_group_by_group<B: LowpBackend>(
     } else {
         B::float_cat(parts, 0)
     })
-}
-
-/// How a grouped layer's token rows lie: the layout's aligned batch (`[layout.rows(), cols]`,
-/// each group at a multiple of 128 rows, zero padding) or its packed tokens
-/// (`[layout.tokens, cols]`, group after group). A `GroupedLinear` given packed rows pads them
-/// inside the kernels that read them (the FP8 per-tensor cast, the bias gradient) and returns
-/// packed rows: no padded copy is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InputRows {
-    Aligned,
-    Packed,
-}
-
-impl InputRows {
-    /// Rows of a `[rows, cols]` tensor laid out this way.
-    pub fn rows<B: LowpBackend>(self, layout: &GroupLayout<B>) -> usize {
-        match self {
-            InputRows::Aligned => layout.rows(),
-            InputRows::Packed => layout.tokens,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            InputRows::Aligned => "aligned",
-            InputRows::Packed => "packed",
-        }
-    }
-}
-
-/// Where the FP8 per-tensor scales of a grouped quantization come from
-/// (`LowpBackend::quantize_fp8_grouped_padded`).
-#[derive(Debug, Clone)]
-pub enum GroupedFp8Scaling<B: LowpBackend> {
-    /// Current scaling: each group's amax (or under `GroupScaling::Shared` the largest).
-    Current(Fp8CurrentScaling),
-    /// Current scaling on per-group amaxes (f32, `[groups]`) a producer already took over the
-    /// padded batch (`LowpBackend::grouped_dbias_amax`): no amax pass of its own.
-    CurrentFromAmax {
-        config: Fp8CurrentScaling,
-        amax: B::Bytes,
-    },
-    /// Delayed scaling: one f32 scale per group (`[groups]`).
-    Delayed { fp8: Fp8Format, scales: FloatTensor<B> },
-}
-
-/// `LowpBackend::quantize_fp8_grouped_padded` by its definition: the packed rows padded into the
-/// aligned layout (`move_rows`), then the grouped quantize.
-pub fn quantize_fp8_padded_after_move<B: LowpBackend>(
-    x: FloatTensor<B>,
-    layout: &GroupLayout<B>,
-    scaling: GroupedFp8Scaling<B>,
-    usage: Usage,
-    group_scaling: GroupScaling,
-) -> Result<QuantizedTensor<B>> {
-    check_packed_rows(&x, layout)?;
-    let aligned = crate::ops::grouped_rows::move_rows::<B>(x, layout, RowMove::Pad);
-    match scaling {
-        // (The amax equals the one the quantize takes itself: a maximum, in any order.)
-        GroupedFp8Scaling::Current(config) | GroupedFp8Scaling::CurrentFromAmax { config, .. } => B::lowp_quantize_grouped(
-            aligned,
-            &layout.groups,
-            &FormatConfig::Fp8Current(config),
-            usage,
-            group_scaling,
-        ),
-        GroupedFp8Scaling::Delayed { fp8, scales } => B::quantize_fp8_with_scale_grouped(
-            aligned,
-            fp8,
-            scales,
-            &layout.groups,
-            usage,
-            group_scaling,
-        ),
-    }
-}
-
-/// `LowpBackend::grouped_dbias_amax` without a kernel of its own: the rows padded where packed,
-/// then `grouped_column_sum` in f32; no amax.
-pub fn grouped_dbias_after_move<B: LowpBackend>(
-    dy: FloatTensor<B>,
-    rows: InputRows,
-    layout: &GroupLayout<B>,
-) -> Result<FloatTensor<B>> {
-    let aligned = match rows {
-        InputRows::Aligned => dy,
-        InputRows::Packed => {
-            check_packed_rows(&dy, layout)?;
-            crate::ops::grouped_rows::move_rows::<B>(dy, layout, RowMove::Pad)
-        }
-    };
-    let sums = B::grouped_column_sum(aligned, layout)?;
-    Ok(B::float_cast(sums, burn::tensor::FloatDType::F32))
-}
-
-/// What `LowpBackend::lowp_group_epilogue` applies to a grouped GEMM's output: per-group biases
-/// `[groups, cols]` (y's dtype), per-group scale pairs (f32 `[groups]` each) and a row gather.
-#[derive(Debug, Clone)]
-pub struct GroupEpilogue<B: LowpBackend> {
-    pub bias: Option<FloatTensor<B>>,
-    pub scales: Option<(FloatTensor<B>, FloatTensor<B>)>,
-    pub gather: Option<IntTensor<B>>,
-}
-
-impl<B: LowpBackend> GroupEpilogue<B> {
-    /// Nothing to apply.
-    pub fn is_empty(&self) -> bool {
-        self.bias.is_none() && self.scales.is_none() && self.gather.is_none()
-    }
-}
-
-/// `LowpBackend::lowp_group_epilogue` in Burn tensor ops: the scale (in f32, rounded once to y's
-/// dtype), the bias add, the gather, one after another.
-pub fn group_epilogue_by_ops<B: LowpBackend>(
-    y: FloatTensor<B>,
-    row_group: IntTensor<B>,
-    epilogue: GroupEpilogue<B>,
-) -> FloatTensor<B> {
-    use burn::tensor::FloatDType;
-    let mut y = y;
-    if let Some((scale_a, scale_b)) = epilogue.scales {
-        let dtype = crate::backend::float_dtype(y.dtype());
-        let groups = scale_a.shape().num_elements();
-        let column = |t: FloatTensor<B>| {
-            Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, Shape::new([groups, 1]))))
-        };
-        let factor = column(scale_a).mul(column(scale_b));
-        // Rows of no group read the zero row.
-        let per_row = crate::ops::grouped_rows::select_rows_or_zero::<B>(
-            factor.into_primitive().tensor(),
-            row_group.clone(),
-        );
-        let scaled = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(B::float_cast(y, FloatDType::F32)))
-            .mul(Tensor::from_primitive(TensorPrimitive::Float(per_row)));
-        y = B::float_cast(scaled.into_primitive().tensor(), dtype);
-    }
-    if let Some(bias) = epilogue.bias {
-        y = crate::ops::grouped_rows::add_selected_bias::<B>(y, bias, row_group);
-    }
-    match epilogue.gather {
-        Some(index) => B::lowp_gather_rows(y, index),
-        None => y,
-    }
-}
-
-/// `x` is the packed `[layout.tokens, cols]` batch of `layout`.
-pub fn check_packed_rows<B: LowpBackend>(x: &FloatTensor<B>, layout: &GroupLayout<B>) -> Result<()> {
-    let shape = x.shape();
-    let dims = shape.as_slice();
-    if dims.len() != 2 || dims[0] != layout.tokens {
-        return Err(LowpError::shape(
-            "packed input",
-            format!("{dims:?}"),
-            format!("the [{}, cols] token rows of its layout", layout.tokens),
-        ));
-    }
-    Ok(())
 }
 
 /// One operand of a grouped GEMM: a grouped tensor and its groups. For fprop and dgrad, operand

@@ -36,6 +36,7 @@ pub mod grouped;
 pub mod host_copy;
 pub mod host_sync;
 pub mod norm_act;
+pub mod packed_rows;
 
 pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
 pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};

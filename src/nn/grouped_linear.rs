@@ -273,10 +273,7 @@ impl<B: LowpLinear> GroupedLinear<B> {
     ) -> LowpResult<Tensor<B, 2>> {
         let [rows, features] = x.dims();
         self.check_features(features)?;
-        let (expected, which) = match input_rows {
-            InputRows::Aligned => (layout.rows(), "aligned"),
-            InputRows::Packed => (layout.tokens, "packed"),
-        };
+        let (expected, which) = (input_rows.rows(layout), input_rows.name());
         if rows != expected || layout.groups.count != self.num_gemms() {
             return Err(LowpError::shape(
                 format!("{} {which} input", self.name()),

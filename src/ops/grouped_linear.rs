@@ -79,9 +79,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         self.record_amax(&q, groups, usage)?;
         Ok(q)
     }
-}
 
-impl<Q: LowpBackend> GroupedQuantizer<Q> {
     /// `quantize` of the packed token rows `x [layout.tokens, cols]` padded into `layout`'s
     /// aligned layout. FP8 per-tensor quantizers (current and delayed) read `x` through the
     /// layout's row map (`LowpBackend::quantize_fp8_grouped_padded`: no padded copy); the other
@@ -264,10 +262,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
     need_wgrad: bool,
 ) -> Result<(FloatTensor<Q>, QuantizedTensor<Q>, QuantizedTensor<Q>)> {
     let (xs, ws) = (x.shape().as_slice().to_vec(), w.shape().as_slice().to_vec());
-    let (x_rows, which) = match input_rows {
-        InputRows::Aligned => (layout.rows(), "aligned"),
-        InputRows::Packed => (layout.tokens, "packed"),
-    };
+    let (x_rows, which) = (input_rows.rows(layout), input_rows.name());
     if xs.len() != 2 || ws.len() != 2 || xs[1] != ws[1] || xs[0] != x_rows {
         return Err(LowpError::shape(
             "grouped linear input",
