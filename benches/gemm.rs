@@ -259,7 +259,7 @@ fn main() {
             let y = linear.forward(x.clone()).expect("forward");
             let grads = y.backward();
             let _ = linear.weight.grad(&grads);
-            linear.end_step();
+            linear.end_step().unwrap();
         };
         // `LOWP_BENCH_PROFILE_STEPS=n`: run n untimed steps only (under a profiler such as ncu).
         if let Some(steps) = std::env::var("LOWP_BENCH_PROFILE_STEPS")

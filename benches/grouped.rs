@@ -314,7 +314,7 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                 };
                 let grads = y.backward();
                 let _ = module.weight.grad(&grads);
-                module.end_step();
+                module.end_step().unwrap();
             };
             let mut line = json!({
                 "bench": "grouped_linear_step", "recipe": name, "experts": experts,

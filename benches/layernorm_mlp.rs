@@ -154,7 +154,7 @@ fn main() {
                 let (y, _) = module.forward(x.clone()).expect("forward");
                 let grads = y.backward();
                 let _ = module.fc1_weight.grad(&grads);
-                module.end_step();
+                module.end_step().unwrap();
             };
             // A failing recipe reports itself and the others still run.
             let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

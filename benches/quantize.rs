@@ -164,6 +164,7 @@ fn main() {
                         Fp8Format::E4M3,
                         scale.clone(),
                         usage,
+                        None,
                     )
                     .expect("quantize");
                 });

@@ -37,6 +37,10 @@ pub struct Fp8CastConfig {
     pub columnwise: bool,
     /// Record each group's amax into `amax_out[g]` (delayed scaling history).
     pub record_amax: bool,
+    /// Delayed scaling: also fold group g's amax into `amax_history[history_first + g *
+    /// history_stride]`, row 0 of the module's amax history, so that the history needs no launch
+    /// of its own per cast (an atomic max: micro-batches keep the largest, as TE's record does).
+    pub record_history: bool,
     /// Rows form groups (`group_start`, `group_rows`), each with its own scale, its columnwise
     /// copy transposed on its own (`[cols, rows_g]` at byte `start_g * cols`). Otherwise the whole
     /// matrix is one group and the arrays are not read.
@@ -64,10 +68,13 @@ pub fn fp8_cast_kernel<N: Size>(
     columnwise: &mut Array<u32>,
     scale_inv_out: &mut Array<u32>,
     amax_out: &mut Array<Atomic<u32>>,
+    amax_history: &mut Array<Atomic<u32>>,
     rows: usize,
     cols: usize,
     groups: usize,
     src_rows: usize,
+    history_first: usize,
+    history_stride: usize,
     #[comptime] config: Fp8CastConfig,
 ) {
     let unit = UNIT_POS as usize;
@@ -191,6 +198,12 @@ pub fn fp8_cast_kernel<N: Size>(
         if in_group {
             let mut scratch = SharedMemory::<u32>::new(FP8_UNITS);
             cube_max_into(local_amax, &mut scratch, amax_out, g, FP8_UNITS);
+            if comptime![config.record_history] {
+                if unit == 0 {
+                    // Unit 0 still sees the cube's maximum in `scratch[0]`.
+                    amax_history[history_first + g * history_stride].fetch_max(scratch[0]);
+                }
+            }
         }
     }
     if CUBE_POS == 0 {

@@ -423,8 +423,22 @@ pub enum TensorScaling<'a> {
     /// Current scaling whose amax a producer already took (f32 bits, one per group; e.g. the
     /// LayerNormMLP norm and activation kernels fuse it): no amax pass.
     CurrentFromAmax { rule: ScaleRule, amax: &'a Handle },
-    /// Delayed scaling: the f32 scale in a device buffer (one per group); the amax is recorded.
-    Delayed { scale: &'a Handle },
+    /// Delayed scaling: the f32 scale in a device buffer (one per group); the amax is recorded,
+    /// and with `history` also folded into the module's amax history in the same launch.
+    Delayed {
+        scale: &'a Handle,
+        history: Option<HistoryRow<'a>>,
+    },
+}
+
+/// Row 0 of a delayed-scaling amax history (f32), where a cast records its amaxes in place:
+/// group g's goes to word `first + g * stride` of `row` (an index, not a view: wgpu binds
+/// buffers only at aligned offsets).
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryRow<'a> {
+    pub row: &'a Handle,
+    pub first: usize,
+    pub stride: usize,
 }
 
 /// FP8 per-tensor quantization. Needs `M % 16 == 0` and `K % 16 == 0` (cuBLASLt FP8 alignment).
@@ -473,6 +487,10 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         "a shared scale is shared by the groups of a grouped matrix",
     )?;
     let count = groups.map_or(1, |g| g.count);
+    let history = match &scaling {
+        TensorScaling::Delayed { history, .. } => *history,
+        _ => None,
+    };
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
             let amax = match groups {
@@ -482,7 +500,7 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
             (amax.clone(), true, rule, amax)
         }
         TensorScaling::CurrentFromAmax { rule, amax } => (amax.clone(), true, rule, amax.clone()),
-        TensorScaling::Delayed { scale } => {
+        TensorScaling::Delayed { scale, .. } => {
             let rule = ScaleRule {
                 fp8,
                 pow2: false,
@@ -512,10 +530,15 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         rowwise: directions.rowwise,
         columnwise: directions.columnwise,
         record_amax: !from_amax,
+        record_history: history.is_some(),
         grouped: groups.is_some(),
         shared_scale,
         gathered: gather.is_some(),
         encoder: fp8_encoder(client),
+    };
+    let (history_row, history_first, history_stride) = match history {
+        Some(h) => (h.row.clone(), h.first, h.stride),
+        None => (dummy(client), 0, 0),
     };
     let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
@@ -537,10 +560,13 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
             arg(&columnwise, n / 4),
             arg(&scale_inv, count),
             arg(&amax_out, count),
+            arg(&history_row, history_first + count.saturating_sub(1) * history_stride + 1),
             rows,
             x.cols,
             count,
             src_rows,
+            history_first,
+            history_stride,
             config,
         )
     };

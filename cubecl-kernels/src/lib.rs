@@ -5,7 +5,7 @@
 //! (1x128, 128x128), `mxfp8`, `nvfp4`, `swizzle`, `dequantize`. Grouped (MoE) matrices: the
 //! layout of their row groups (`group_layout`, launcher beside it), grouped modes of the quantize
 //! kernels, the per-group row scaling of grouped GEMM outputs (`row_scale`) the row moves
-//! between packed and aligned layouts (`row_gather`) and a grouped GEMM output's per-group scale, bias and unpad (`group_epilogue`). In-kernel scalar
+//! between packed and aligned layouts (`row_gather`) and a grouped GEMM output's per-group scale, bias and unpad (`group_epilogue`); the delayed-scaling history update (`delayed_scaling`, launcher beside it). In-kernel scalar
 //! helpers live in `codec`, `scale`, `hadamard` and `random`. The host references they match bit
 //! for bit are in the root crate under `src/format/`.
 //!
@@ -23,6 +23,7 @@ pub mod amax;
 pub mod buffers;
 pub mod codec;
 pub mod dbias_amax;
+pub mod delayed_scaling;
 pub mod dequantize;
 pub mod flags;
 pub mod fp8;

@@ -3,7 +3,8 @@
 use cubecl::prelude::*;
 
 /// Max over the cube of every unit's `value`, then one atomic max into `out[index]`. Every unit of
-/// the cube must call it (it synchronizes). `scratch` holds `units` u32.
+/// the cube must call it (it synchronizes). `scratch` holds `units` u32; afterwards unit 0 may
+/// read the maximum in `scratch[0]` (no unit writes it after the last barrier).
 #[cube]
 pub fn cube_max_into(
     value: u32,

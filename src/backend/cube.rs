@@ -511,10 +511,109 @@ fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     Ok(wrap(&client, &device, out, format, (rows, cols), swizzled, 1))
 }
 
+/// The history row a delayed cast records into (`AmaxHistoryColumns`), checked: an f32
+/// `[len, width]` tensor whose buffer the cast can write (contiguous, so that the writes land in
+/// the module's tensor and not in a copy) with `count` columns `first + g * stride` in row 0.
+struct HistoryTarget<R: CubeRuntime> {
+    history: CubeTensor<R>,
+    first: usize,
+    stride: usize,
+}
+
+impl<R: CubeRuntime> HistoryTarget<R> {
+    fn kernel_arg(&self) -> kernels::HistoryRow<'_> {
+        kernels::HistoryRow {
+            row: &self.history.handle,
+            first: self.first,
+            stride: self.stride,
+        }
+    }
+}
+
+fn history_row<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+    record: Option<super::AmaxHistoryColumns<CubeBackend<R, F, I, BT>>>,
+    count: usize,
+) -> Result<Option<HistoryTarget<R>>> {
+    let Some(record) = record.filter(|_| CubeBackend::<R, F, I, BT>::delayed_amax_in_place()) else {
+        return Ok(None);
+    };
+    let history = record.history;
+    let dims = history.shape().as_slice().to_vec();
+    let last = record.first + count.saturating_sub(1) * record.stride;
+    let fits = dims.len() == 2 && count > 0 && last < dims[1];
+    if history.dtype != DType::F32 || !history.is_contiguous() || !fits {
+        return Err(LowpError::shape(
+            "amax history",
+            format!(
+                "{:?} {dims:?} (contiguous: {}), columns {} + g * {} for {count} groups",
+                history.dtype,
+                history.is_contiguous(),
+                record.first,
+                record.stride
+            ),
+            "a contiguous f32 [len, slots] history holding every recorded column",
+        ));
+    }
+    Ok(Some(HistoryTarget {
+        history,
+        first: record.first,
+        stride: record.stride,
+    }))
+}
+
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBackend
     for CubeBackend<R, F, I, BT>
 {
     type Bytes = CubeBytes<R>;
+
+    /// On CUDA. Under wgpu (lavapipe) a cast writing into an uploaded history failed wgpu's
+    /// validation at the next submit ("buffer still mapped"; not root-caused), so wgpu records
+    /// with tensor ops.
+    fn delayed_amax_in_place() -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            std::any::TypeId::of::<R>()
+                == std::any::TypeId::of::<burn_lowp_kernels::cubecl::cuda::CudaRuntime>()
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            false
+        }
+    }
+
+    fn lowp_delayed_update(
+        history: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        numerator: f32,
+        most_recent: bool,
+    ) -> Result<(FloatTensor<Self>, FloatTensor<Self>)> {
+        let dims = history.shape().as_slice().to_vec();
+        let [len, width] = dims[..] else {
+            return Err(LowpError::shape("amax history", format!("{dims:?}"), "[history_len, slots]"));
+        };
+        if history.dtype != DType::F32 || scale.dtype != DType::F32 || scale.shape().num_elements() != width {
+            return Err(LowpError::shape(
+                "delayed-scaling state",
+                format!("history {:?} {dims:?}, scale {:?} {:?}", history.dtype, scale.dtype, scale.shape().as_slice()),
+                "an f32 history [len, slots] and f32 scales [slots]",
+            ));
+        }
+        let (history, scale) = (into_contiguous(history), into_contiguous(scale));
+        let (client, device) = (history.client.clone(), history.device.clone());
+        let (new_history, new_scale) = kernels::delayed_scaling::delayed_scaling_update(
+            &client,
+            &history.handle,
+            &scale.handle,
+            len,
+            width,
+            numerator,
+            most_recent,
+        );
+        let f32_tensor = |handle, shape: Vec<usize>| {
+            CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::from(shape), handle, DType::F32)
+        };
+        Ok((f32_tensor(new_history, vec![len, width]), f32_tensor(new_scale, vec![width])))
+    }
 
     fn lowp_quantize(
         x: FloatTensor<Self>,
@@ -530,9 +629,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         fp8: Fp8Format,
         scale: FloatTensor<Self>,
         usage: Usage,
+        record: Option<super::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         let format = QuantFormat::Fp8Tensor { fp8 };
+        let history = history_row(record, 1)?;
         check_shape("input", rows, cols, &format)?;
         if scale.dtype != DType::F32 || scale.shape().num_elements() != 1 {
             return Err(LowpError::shape(
@@ -562,6 +663,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             fp8_kind(fp8),
             kernels::TensorScaling::Delayed {
                 scale: &scale.handle,
+                history: history.as_ref().map(|h| h.kernel_arg()),
             },
             directions,
             None,
@@ -1014,11 +1116,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,
+        record: Option<super::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         let format = QuantFormat::Fp8Tensor { fp8 };
         check_shape("input", rows, cols, &format)?;
         check_grouped_rows(rows, groups)?;
+        let history = history_row(record, groups.count)?;
         if scales.dtype != DType::F32 || scales.shape().num_elements() != groups.count {
             return Err(LowpError::shape(
                 "scales",
@@ -1043,6 +1147,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             fp8_kind(fp8),
             kernels::TensorScaling::Delayed {
                 scale: &scales.handle,
+                history: history.as_ref().map(|h| h.kernel_arg()),
             },
             Directions {
                 rowwise: usage.rowwise,
@@ -1105,6 +1210,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         };
         let count = layout.groups.count;
         // (Delayed scales as a contiguous tensor that outlives the launch.)
+        let history = match &scaling {
+            super::GroupedFp8Scaling::Delayed { record, .. } => history_row(record.clone(), count)?,
+            _ => None,
+        };
         let delayed_scales = match &scaling {
             super::GroupedFp8Scaling::Delayed { scales, .. } => {
                 if scales.dtype != DType::F32 || scales.shape().num_elements() != count {
@@ -1137,6 +1246,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             }
             (_, Some(scales)) => kernels::TensorScaling::Delayed {
                 scale: &scales.handle,
+                history: history.as_ref().map(|h| h.kernel_arg()),
             },
             (super::GroupedFp8Scaling::Delayed { .. }, None) => unreachable!("checked above"),
         };

@@ -50,6 +50,16 @@ pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
 
+/// Row 0 of a module's delayed-scaling amax history `history [len, width]` (f32, contiguous),
+/// where a cast on a backend with `LowpBackend::delayed_amax_in_place` folds its amaxes in its
+/// own launch: group g's (a plain tensor's: g = 0) into column `first + g * stride`.
+#[derive(Clone, Debug)]
+pub struct AmaxHistoryColumns<B: Backend> {
+    pub history: FloatTensor<B>,
+    pub first: usize,
+    pub stride: usize,
+}
+
 pub trait LowpBackend: Backend {
     /// A device buffer of raw bytes (codes, scales, amaxes).
     type Bytes: Clone + std::fmt::Debug + Send + Sync + 'static;
@@ -64,14 +74,38 @@ pub trait LowpBackend: Backend {
         optimize_for_gemm: bool,
     ) -> Result<QuantizedTensor<Self>>;
 
+    /// Whether `quantize_fp8_with_scale[_grouped]` fold the amaxes into the module's history
+    /// (`AmaxHistoryColumns`) in the cast's own launch. Where not (NdArray, wgpu) they ignore
+    /// `record`, and the caller records the result's amaxes with tensor ops.
+    fn delayed_amax_in_place() -> bool {
+        false
+    }
+
     /// FP8 per-tensor quantization with a given scale (delayed scaling): `scale` is a one-element
-    /// f32 tensor on the device; the result records this tensor's amax.
+    /// f32 tensor on the device; the result records this tensor's amax, and where
+    /// `delayed_amax_in_place`, `record` also receives it (an atomic max into the history).
     fn quantize_fp8_with_scale(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
         scale: FloatTensor<Self>,
         usage: Usage,
+        record: Option<AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>>;
+
+    /// TE's delayed-scaling end-of-step update of one module direction: from the amax history
+    /// `[len, width]` and scales `[width]` (f32), the new scales (`numerator / amax` of the
+    /// history's max, or of row 0 under `most_recent`; a zero or non-finite amax keeps the old
+    /// scale) and the rolled history with a zero row 0. The default is tensor ops
+    /// (`quant::delayed::delayed_update_by_ops`, about fourteen launches); CubeBackend runs one
+    /// kernel (`kernels::delayed_scaling`), bit for bit the same.
+    fn lowp_delayed_update(
+        history: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        numerator: f32,
+        most_recent: bool,
+    ) -> Result<(FloatTensor<Self>, FloatTensor<Self>)> {
+        crate::quant::delayed::delayed_update_by_ops::<Self>(history, scale, numerator, most_recent)
+    }
 
     /// Dequantizes one representation to an f32 `[rows, cols]` tensor. Block scales must be compact.
     fn lowp_dequantize(
@@ -127,7 +161,8 @@ pub trait LowpBackend: Backend {
 
     /// FP8 per-tensor quantization of a grouped matrix with each group's given scale (delayed
     /// scaling): `scales` is an f32 tensor of one value per group; the result records each
-    /// group's amax. Under `GroupScaling::Shared` every group takes the smallest given scale.
+    /// group's amax (and `record` receives them, as in `quantize_fp8_with_scale`). Under
+    /// `GroupScaling::Shared` every group takes the smallest given scale.
     fn quantize_fp8_with_scale_grouped(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
@@ -135,6 +170,7 @@ pub trait LowpBackend: Backend {
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,
+        record: Option<AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>>;
 
     /// FP8 per-tensor grouped quantization of the packed token rows `x [layout.tokens, cols]`

@@ -188,6 +188,7 @@ impl LowpBackend for NdArray {
         fp8: Fp8Format,
         scale: FloatTensor<Self>,
         usage: Usage,
+        _record: Option<crate::backend::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
         let m = to_matrix(x, "input")?;
         check_shape(
@@ -308,6 +309,7 @@ impl LowpBackend for NdArray {
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,
+        _record: Option<crate::backend::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
         let m = to_matrix(x, "input")?;
         check_shape(&m.name, m.rows, m.cols, &QuantFormat::Fp8Tensor { fp8 })?;

@@ -58,8 +58,13 @@ pub enum GroupedFp8Scaling<B: LowpBackend> {
         config: Fp8CurrentScaling,
         amax: B::Bytes,
     },
-    /// Delayed scaling: one f32 scale per group (`[groups]`).
-    Delayed { fp8: Fp8Format, scales: FloatTensor<B> },
+    /// Delayed scaling: one f32 scale per group (`[groups]`), and where the amaxes are recorded
+    /// in place (`LowpBackend::delayed_amax_in_place`).
+    Delayed {
+        fp8: Fp8Format,
+        scales: FloatTensor<B>,
+        record: Option<super::AmaxHistoryColumns<B>>,
+    },
 }
 
 /// `LowpBackend::quantize_fp8_grouped_padded` by its definition: the packed rows padded into the
@@ -82,13 +87,14 @@ pub fn quantize_fp8_padded_after_move<B: LowpBackend>(
             usage,
             group_scaling,
         ),
-        GroupedFp8Scaling::Delayed { fp8, scales } => B::quantize_fp8_with_scale_grouped(
+        GroupedFp8Scaling::Delayed { fp8, scales, record } => B::quantize_fp8_with_scale_grouped(
             aligned,
             fp8,
             scales,
             &layout.groups,
             usage,
             group_scaling,
+            record,
         ),
     }
 }

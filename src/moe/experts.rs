@@ -72,9 +72,10 @@ impl<B: LowpLinear> SwigluExperts<B> {
     }
 }
 
-impl<B: Backend> SwigluExperts<B> {
-    pub fn end_step(&self) {
-        self.fc1.end_step();
-        self.fc2.end_step();
+impl<B: LowpLinear> SwigluExperts<B> {
+    /// End of a training step: both GEMMs' delayed-scaling updates.
+    pub fn end_step(&self) -> Result<(), LowpError> {
+        self.fc1.end_step()?;
+        self.fc2.end_step()
     }
 }

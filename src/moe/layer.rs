@@ -159,17 +159,18 @@ impl<B: LowpLinear> MoeLayer<B> {
     }
 }
 
-impl<B: Backend> MoeLayer<B> {
+impl<B: LowpLinear> MoeLayer<B> {
     /// End of a training step: delayed-scaling updates, and the expert bias moved by the loads
     /// the step saw (sigmoid routing).
-    pub fn end_step(&self, tokens_per_expert: Option<Tensor<B, 1, Int>>) {
-        self.experts.end_step();
+    pub fn end_step(&self, tokens_per_expert: Option<Tensor<B, 1, Int>>) -> Result<(), LowpError> {
+        self.experts.end_step()?;
         if let Some(shared) = &self.shared {
-            shared.fc1.end_step();
-            shared.fc2.end_step();
+            shared.fc1.end_step()?;
+            shared.fc2.end_step()?;
         }
         if let Some(load) = tokens_per_expert {
             self.router.update_expert_bias(load);
         }
+        Ok(())
     }
 }

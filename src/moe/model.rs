@@ -260,6 +260,23 @@ impl<B: LowpLinear> CausalSelfAttention<B> {
 }
 
 impl<B: LowpLinear> MoeLm<B> {
+    /// End of a training step: delayed-scaling updates in every GEMM, and each router's
+    /// aux-loss-free bias moved by the loads its layer saw in the step (sigmoid routing).
+    pub fn end_step(&self, tokens_per_expert: Option<Vec<Tensor<B, 1, Int>>>) -> Result<(), LowpError> {
+        let mut loads = tokens_per_expert.map(|l| l.into_iter());
+        for layer in &self.layers {
+            layer.attention.qkv.end_step()?;
+            layer.attention.proj.end_step()?;
+            layer
+                .moe
+                .end_step(loads.as_mut().and_then(|l| l.next()))?;
+        }
+        if let Some(head) = &self.lm_head {
+            head.end_step()?;
+        }
+        Ok(())
+    }
+
     /// Logits `[batch · seq, vocab]` of `tokens [batch, seq]`, with the MoE layers' auxiliary
     /// losses and loads.
     pub fn forward(
@@ -342,22 +359,6 @@ impl<B: LowpLinear> MoeLm<B> {
 }
 
 impl<B: Backend> MoeLm<B> {
-    /// End of a training step: delayed-scaling updates in every GEMM, and each router's
-    /// aux-loss-free bias moved by the loads its layer saw in the step (sigmoid routing).
-    pub fn end_step(&self, tokens_per_expert: Option<Vec<Tensor<B, 1, Int>>>) {
-        let mut loads = tokens_per_expert.map(|l| l.into_iter());
-        for layer in &self.layers {
-            layer.attention.qkv.end_step();
-            layer.attention.proj.end_step();
-            layer
-                .moe
-                .end_step(loads.as_mut().and_then(|l| l.next()));
-        }
-        if let Some(head) = &self.lm_head {
-            head.end_step();
-        }
-    }
-
     /// Every GEMM's low-precision state, in a fixed order (checkpoints save their
     /// stochastic-rounding positions).
     pub fn lowp_states(&self) -> Vec<&LowpState<B>> {

@@ -361,7 +361,7 @@ where
         let loads = loads.expect("at least one micro-batch");
         last_loads = loads.clone();
         let phase = Instant::now();
-        model.end_step(Some(loads));
+        model.end_step(Some(loads))?;
         model = optim.step(lr, model, accumulator.grads());
         phases.optimizer.push(phase.elapsed().as_secs_f64());
         if let Some(session) = &debug {

@@ -199,11 +199,6 @@ impl<B: Backend> GroupedLinear<B> {
         })
     }
 
-    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
-    pub fn end_step(&self) {
-        self.lowp.end_step();
-    }
-
     /// Weight quantizations so far (cached micro-batches do not add).
     pub fn weight_quantizations(&self) -> usize {
         self.lowp.weight_quantizations()
@@ -219,6 +214,12 @@ impl<B: Backend> GroupedLinear<B> {
 }
 
 impl<B: LowpLinear> GroupedLinear<B> {
+    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
+    /// Errors only on delayed-scaling state that does not fit the module (a foreign record).
+    pub fn end_step(&self) -> Result<(), LowpError> {
+        self.lowp.end_step()
+    }
+
     /// `[T, out]` for `x [T, in]` whose rows are the experts' tokens one expert after another,
     /// `m_splits [experts]` (on the device) tokens each.
     pub fn forward(&self, x: Tensor<B, 2>, m_splits: Tensor<B, 1, Int>) -> LowpResult<Tensor<B, 2>> {

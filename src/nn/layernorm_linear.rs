@@ -114,8 +114,10 @@ impl<B: LowpLinear> LayerNormLinear<B> {
         )
     }
 
-    pub fn end_step(&self) {
-        self.lowp.end_step();
+    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
+    /// Errors only on delayed-scaling state that does not fit the module (a foreign record).
+    pub fn end_step(&self) -> Result<(), LowpError> {
+        self.lowp.end_step()
     }
 
     /// Returns the linear output, and the norm's output when `return_layernorm_output`.

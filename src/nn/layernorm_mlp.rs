@@ -222,6 +222,12 @@ impl LayerNormMlpConfig {
 }
 
 impl<B: LowpLinear> LayerNormMlp<B> {
+    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
+    /// Errors only on delayed-scaling state that does not fit the module (a foreign record).
+    pub fn end_step(&self) -> Result<(), LowpError> {
+        self.lowp.end_step()
+    }
+
     /// Returns the output, and the norm's output when `return_layernorm_output`.
     pub fn forward<const D: usize>(
         &self,
@@ -353,11 +359,6 @@ impl<B: LowpLinear> LayerNormMlp<B> {
 }
 
 impl<B: Backend> LayerNormMlp<B> {
-    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
-    pub fn end_step(&self) {
-        self.lowp.end_step();
-    }
-
     /// Weight quantizations so far (each of fc1 and fc2 counts; cached micro-batches add none).
     pub fn weight_quantizations(&self) -> usize {
         self.lowp.weight_quantizations()

@@ -111,6 +111,12 @@ pub(crate) fn linear_forward<B: LowpLinear, const D: usize>(
 }
 
 impl<B: LowpLinear> Linear<B> {
+    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
+    /// Errors only on delayed-scaling state that does not fit the module (a foreign record).
+    pub fn end_step(&self) -> Result<(), LowpError> {
+        self.lowp.end_step()
+    }
+
     pub fn forward<const D: usize>(
         &self,
         x: Tensor<B, D>,
@@ -134,11 +140,6 @@ impl<B: LowpLinear> Linear<B> {
 }
 
 impl<B: Backend> Linear<B> {
-    /// End of a training step: delayed-scaling scales are updated (no-op for other recipes).
-    pub fn end_step(&self) {
-        self.lowp.end_step();
-    }
-
     /// Weight quantizations so far (cached micro-batches do not add).
     pub fn weight_quantizations(&self) -> usize {
         self.lowp.weight_quantizations()

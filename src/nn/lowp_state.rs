@@ -13,7 +13,7 @@ use super::weight_cache::WeightCache;
 use crate::error::Result;
 use crate::backend::Groups;
 use crate::ops::{
-    AmaxSink, BackwardErrors, DelayedSlot, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
+    AmaxSink, BackwardErrors, DelayedSlot, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
     GroupedWeight, LinearOp, LowpLinear, OperandQuantizer, WeightOperand, WgradTarget,
 };
 use crate::debug::{LayerDebug, TensorKind};
@@ -42,6 +42,31 @@ pub struct LowpState<B: Backend> {
     pub cache: WeightCache<B>,
     #[module(skip)]
     pub counters: Arc<Counters>,
+}
+
+/// The amax sink of an operand whose (expert) slots are columns `first + g * stride` of
+/// `state`'s history: casts read the history when they run; the tensor-op record covers
+/// backends whose casts cannot write it.
+fn amax_sink<B: LowpLinear>(
+    state: &DelayedScalingState<B>,
+    first: usize,
+    stride: usize,
+) -> AmaxSink<B::Quant> {
+    let (now, record) = (state.clone(), state.clone());
+    AmaxSink {
+        history: Arc::new(move || B::to_quant(now.amax_history.value().into_primitive().tensor())),
+        record: Arc::new(move |amax| {
+            let amax: Tensor<B, 1> = Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax)));
+            let groups = amax.dims()[0];
+            let slots: Vec<usize> = (0..groups).map(|g| first + g * stride).collect();
+            match groups {
+                1 => record.record_amax(first, amax),
+                _ => record.record_amaxes(&slots, amax),
+            }
+        }),
+        first,
+        stride,
+    }
 }
 
 /// A seed base per module name, so that modules draw different stochastic-rounding streams.
@@ -93,21 +118,24 @@ impl<B: Backend> LowpState<B> {
         self.counters.calls.store(calls, Ordering::Relaxed);
     }
 
-    /// End of a training step (TE's autocast exit / first module's backward): delayed-scaling
-    /// scales are recomputed from the amax histories, which roll. A no-op for other recipes.
-    pub fn end_step(&self) {
-        if let Some(config) = &self.quantizers.delayed {
-            if let Some(state) = self.delayed_forward.as_ref() {
-                state.update(config, config.fp8_format.element_format(true));
-            }
-            if let Some(state) = self.delayed_backward.as_ref() {
-                state.update(config, config.fp8_format.element_format(false));
-            }
-        }
-    }
 }
 
 impl<B: LowpLinear> LowpState<B> {
+    /// End of a training step (TE's autocast exit / first module's backward): delayed-scaling
+    /// scales are recomputed from the amax histories, which roll (one launch per direction on
+    /// CubeCL backends). A no-op for other recipes.
+    pub fn end_step(&self) -> Result<()> {
+        if let Some(config) = &self.quantizers.delayed {
+            if let Some(state) = self.delayed_forward.as_ref() {
+                state.update(config, config.fp8_format.element_format(true))?;
+            }
+            if let Some(state) = self.delayed_backward.as_ref() {
+                state.update(config, config.fp8_format.element_format(false))?;
+            }
+        }
+        Ok(())
+    }
+
     fn operand(
         &self,
         pass: Pass,
@@ -133,19 +161,11 @@ impl<B: LowpLinear> LowpState<B> {
             };
         }
         let delayed = match (&quantizer.spec, state) {
-            (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
-                let record = state.clone();
-                Some(DelayedSlot {
-                    scale: B::to_quant(state.slot_scale(slot).into_primitive().tensor()),
-                    fp8: config.fp8_format.element_format(pass == Pass::Forward),
-                    sink: AmaxSink(Arc::new(move |amax| {
-                        record.record_amax(
-                            slot,
-                            Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax))),
-                        );
-                    })),
-                })
-            }
+            (QuantizerSpec::Fp8Delayed(config), Some(state)) => Some(DelayedSlot {
+                scale: B::to_quant(state.slot_scale(slot).into_primitive().tensor()),
+                fp8: config.fp8_format.element_format(pass == Pass::Forward),
+                sink: amax_sink(state, slot, 1),
+            }),
             _ => None,
         };
         OperandQuantizer {
@@ -270,16 +290,14 @@ impl<B: LowpLinear> LowpState<B> {
         };
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
-                let record = state.clone();
                 let scales = B::to_quant(state.slots_scale(&slots).into_primitive().tensor());
+                // The layout gives an operand's expert slots at a fixed stride (`gemms`).
+                let stride = if slots.len() > 1 { slots[1] - slots[0] } else { 1 };
+                debug_assert!(slots.iter().enumerate().all(|(g, &s)| s == slots[0] + g * stride));
                 Some(GroupedDelayed {
                     scales,
                     fp8: config.fp8_format.element_format(pass == Pass::Forward),
-                    sink: GroupAmaxSink(Arc::new(move |amax| {
-                        let amax: Tensor<B, 2> =
-                            Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax)));
-                        record.record_amaxes(&slots, amax.reshape([-1]));
-                    })),
+                    sink: amax_sink(state, slots[0], stride),
                 })
             }
             _ => None,

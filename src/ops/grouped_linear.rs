@@ -7,7 +7,6 @@
 //! `delay_wgrad_compute`).
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -18,7 +17,7 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, TensorMetadata};
 
-use super::linear::{columnwise_only, debug_or_warn, gemm_dtype};
+use super::linear::{columnwise_only, debug_or_warn, gemm_dtype, AmaxSink};
 
 use super::grouped_rows::{move_rows, RowMove};
 use crate::backend::grouped::check_packed_rows;
@@ -33,18 +32,8 @@ use crate::error::{LowpError, Result};
 use crate::format::grouped::GroupScaling;
 use crate::format::{Fp8CurrentScaling, Fp8Format, Usage};
 use crate::quant::grouped::quantize_grouped;
-use crate::quant::{QuantizedTensor, QuantizerSpec};
+use crate::quant::{DelayedCast, QuantizedTensor, QuantizerSpec};
 use crate::recipe::SplitAccumulator;
-
-/// Where a grouped delayed-scaling slot's amaxes go (one per group, into the module's history).
-#[derive(Clone)]
-pub struct GroupAmaxSink<Q: LowpBackend>(pub Arc<dyn Fn(FloatTensor<Q>) + Send + Sync>);
-
-impl<Q: LowpBackend> fmt::Debug for GroupAmaxSink<Q> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("GroupAmaxSink")
-    }
-}
 
 /// The delayed-scaling slots of one operand for every group: their scales (`[groups]` f32), the
 /// element format, and where the recorded amaxes go.
@@ -52,7 +41,7 @@ impl<Q: LowpBackend> fmt::Debug for GroupAmaxSink<Q> {
 pub struct GroupedDelayed<Q: LowpBackend> {
     pub scales: FloatTensor<Q>,
     pub fp8: Fp8Format,
-    pub sink: GroupAmaxSink<Q>,
+    pub sink: AmaxSink<Q>,
 }
 
 /// How one grouped operand is quantized: one spec for every group (the recipe gives all experts'
@@ -74,7 +63,11 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         groups: &Groups<Q>,
         usage: Usage,
     ) -> Result<QuantizedTensor<Q>> {
-        let delayed = self.delayed.as_ref().map(|d| (d.scales.clone(), d.fp8));
+        let delayed = self.delayed.as_ref().map(|d| DelayedCast {
+            scales: d.scales.clone(),
+            fp8: d.fp8,
+            record: d.sink.in_place(),
+        });
         let q = quantize_grouped(x, groups, &self.spec, usage, self.seed, delayed, self.scaling)?;
         self.record_amax(&q, groups, usage)?;
         Ok(q)
@@ -117,6 +110,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
             (QuantizerSpec::Fp8Delayed(_), Some(delayed)) => GroupedFp8Scaling::Delayed {
                 fp8: delayed.fp8,
                 scales: delayed.scales.clone(),
+                record: delayed.sink.in_place(),
             },
             _ => {
                 check_packed_rows(&x, layout)?;
@@ -128,19 +122,13 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
         Ok(q)
     }
 
-    /// Hands a delayed-scaling quantization's per-group amaxes to the module's history.
+    /// Hands a delayed-scaling quantization's per-group amaxes to the module's history where
+    /// the cast did not record them itself.
     fn record_amax(&self, q: &QuantizedTensor<Q>, groups: &Groups<Q>, usage: Usage) -> Result<()> {
-        if let Some(delayed) = &self.delayed {
-            let direction = if usage.rowwise {
-                crate::format::Direction::Rowwise
-            } else {
-                crate::format::Direction::Columnwise
-            };
-            if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
-                (delayed.sink.0)(Q::float_from_bytes(amax, [1, groups.count]));
-            }
+        match &self.delayed {
+            Some(delayed) => delayed.sink.after_cast(q, usage, groups.count),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -21,21 +21,60 @@ use super::grouped_linear::{GroupedLinearOp, InputRows};
 use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
-use crate::backend::{GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
+use crate::backend::{AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::debug::layer::direction_for;
 use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
 use crate::format::{Direction, Fp8Format, Usage};
-use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
+use crate::quant::{quantize, DelayedCast, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage};
 use crate::recipe::SplitAccumulator;
 
-/// Where a delayed-scaling slot's recorded amax goes (the module's amax history).
+/// Where a delayed-scaling operand's amaxes go: row 0 of its module's amax history, group g's
+/// (a plain tensor's: g = 0) into column `first + g * stride`. Read when the cast runs, so that a
+/// backward cast records into the history of its step.
 #[derive(Clone)]
-pub struct AmaxSink<Q: LowpBackend>(pub Arc<dyn Fn(FloatTensor<Q>) + Send + Sync>);
+pub struct AmaxSink<Q: LowpBackend> {
+    /// The module's history now (`[len, width]` f32): casts that record in place write into it.
+    pub history: Arc<dyn Fn() -> FloatTensor<Q> + Send + Sync>,
+    /// Records amaxes (`[groups]` f32) with tensor ops, for backends whose casts cannot.
+    pub record: Arc<dyn Fn(FloatTensor<Q>) + Send + Sync>,
+    pub first: usize,
+    pub stride: usize,
+}
 
 impl<Q: LowpBackend> fmt::Debug for AmaxSink<Q> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("AmaxSink")
+        write!(f, "AmaxSink(columns {} + g * {})", self.first, self.stride)
+    }
+}
+
+impl<Q: LowpBackend> AmaxSink<Q> {
+    /// The history columns a cast on this backend records into itself, if it can.
+    pub fn in_place(&self) -> Option<AmaxHistoryColumns<Q>> {
+        Q::delayed_amax_in_place().then(|| AmaxHistoryColumns {
+            history: (self.history)(),
+            first: self.first,
+            stride: self.stride,
+        })
+    }
+
+    /// After a cast of `groups` groups: records its amaxes with tensor ops unless the cast did.
+    pub fn after_cast(&self, q: &QuantizedTensor<Q>, usage: Usage, groups: usize) -> Result<()> {
+        if Q::delayed_amax_in_place() {
+            return Ok(());
+        }
+        let direction = if usage.rowwise {
+            Direction::Rowwise
+        } else {
+            Direction::Columnwise
+        };
+        if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
+            (self.record)(Q::float_reshape(
+                Q::float_from_bytes(amax, [1, groups]),
+                Shape::new([groups]),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -66,21 +105,15 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
     ) -> Result<QuantizedTensor<Q>> {
         let call = QuantizeCall {
             seed: self.seed,
-            delayed: self.delayed.as_ref().map(|d| (d.scale.clone(), d.fp8)),
+            delayed: self.delayed.as_ref().map(|d| DelayedCast {
+                scales: d.scale.clone(),
+                fp8: d.fp8,
+                record: d.sink.in_place(),
+            }),
         };
         let q = quantize(x, &self.spec, usage, optimize_for_gemm, &call)?;
         if let Some(delayed) = &self.delayed {
-            let direction = if usage.rowwise {
-                crate::format::Direction::Rowwise
-            } else {
-                crate::format::Direction::Columnwise
-            };
-            if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
-                (delayed.sink.0)(Q::float_reshape(
-                    Q::float_from_bytes(amax, [1, 1]),
-                    Shape::new([1]),
-                ));
-            }
+            delayed.sink.after_cast(&q, usage, 1)?;
         }
         Ok(q)
     }

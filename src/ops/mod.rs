@@ -15,7 +15,7 @@ pub mod row_broadcast;
 pub mod row_reduce;
 
 pub use grouped_linear::{
-    BackwardErrors, GroupAmaxSink, GroupedDelayed, GroupedLinearOp, GroupedQuantizer, GroupedWeight,
+    BackwardErrors, GroupedDelayed, GroupedLinearOp, GroupedQuantizer, GroupedWeight,
     InputRows, PendingWgrad, WgradTarget,
 };
 pub use grouped_rows::RowMove;

@@ -10,13 +10,14 @@ use crate::backend::grouped::group_view;
 use crate::backend::{matrix_dims, Groups, LowpBackend};
 use crate::error::{LowpError, Result};
 use crate::format::grouped::GroupScaling;
-use crate::format::{Direction, Fp8Format, Usage};
+use crate::format::{Direction, Usage};
 use crate::quant::quantizer::identity;
+use crate::quant::DelayedCast;
 use crate::quant::spec::{ColumnwiseSource, QuantizerSpec};
 use crate::quant::QuantizedTensor;
 
 /// Quantizes the grouped matrix `x` with `spec` (group g's stochastic rounding seeded
-/// `seed + g`); `delayed` gives a delayed request's per-group scales (`[groups]` f32) and format;
+/// `seed + g`); `delayed` gives a delayed request's per-group scales (`[groups]` f32), format and history columns;
 /// `scaling` says whether FP8 per-tensor groups share one scale.
 pub fn quantize_grouped<B: LowpBackend>(
     x: FloatTensor<B>,
@@ -24,20 +25,28 @@ pub fn quantize_grouped<B: LowpBackend>(
     spec: &QuantizerSpec,
     usage: Usage,
     seed: u64,
-    delayed: Option<(FloatTensor<B>, Fp8Format)>,
+    delayed: Option<DelayedCast<B>>,
     scaling: GroupScaling,
 ) -> Result<QuantizedTensor<B>> {
     match spec {
         QuantizerSpec::Identity { dtype } => Ok(identity::<B>(x, *dtype, usage)),
         QuantizerSpec::Fp8Delayed(_) => {
-            let (scales, fp8) = delayed.ok_or_else(|| {
+            let delayed = delayed.ok_or_else(|| {
                 LowpError::invalid(
                     "quantizer",
                     spec.name(),
                     "a delayed-scaling slot needs its module's scales",
                 )
             })?;
-            B::quantize_fp8_with_scale_grouped(x, fp8, scales, groups, usage, scaling)
+            B::quantize_fp8_with_scale_grouped(
+                x,
+                delayed.fp8,
+                delayed.scales,
+                groups,
+                usage,
+                scaling,
+                delayed.record,
+            )
         }
         QuantizerSpec::Hybrid {
             rowwise,

@@ -7,7 +7,7 @@ pub mod quantizer;
 pub mod spec;
 pub mod state_tensor;
 
-pub use delayed::{AmaxComputeAlgo, DelayedScalingConfig, DelayedScalingState, Fp8Recipe};
+pub use delayed::{AmaxComputeAlgo, DelayedCast, DelayedScalingConfig, DelayedScalingState, Fp8Recipe};
 pub use quantized_tensor::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 pub use quantizer::{quantize, QuantizeCall};
 pub use spec::{ColumnwiseSource, IdentityDtype, QuantizerSpec};

@@ -7,16 +7,16 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use crate::backend::{matrix_dims, LowpBackend};
 use crate::error::{LowpError, Result};
-use crate::format::{Direction, Fp8Format, Usage};
+use crate::format::{Direction, Usage};
 use crate::quant::spec::{ColumnwiseSource, IdentityDtype, QuantizerSpec};
-use crate::quant::{QuantizedTensor, Storage};
+use crate::quant::{DelayedCast, QuantizedTensor, Storage};
 
 /// What a single quantize call needs beyond the tensor and its spec.
 pub struct QuantizeCall<B: LowpBackend> {
     /// Seed of this call's stochastic rounding (NVFP4 SR); vary it between calls.
     pub seed: u64,
-    /// For a delayed-scaling slot: the one-element scale tensor and the slot's element format.
-    pub delayed: Option<(FloatTensor<B>, Fp8Format)>,
+    /// For a delayed-scaling slot: its one-element scale, element format and history column.
+    pub delayed: Option<DelayedCast<B>>,
 }
 
 impl<B: LowpBackend> QuantizeCall<B> {
@@ -39,14 +39,14 @@ pub fn quantize<B: LowpBackend>(
     match spec {
         QuantizerSpec::Identity { dtype } => Ok(identity::<B>(x, *dtype, usage)),
         QuantizerSpec::Fp8Delayed(_) => {
-            let (scale, fp8) = call.delayed.clone().ok_or_else(|| {
+            let delayed = call.delayed.clone().ok_or_else(|| {
                 LowpError::invalid(
                     "quantizer",
                     spec.name(),
                     "a delayed-scaling slot needs its module's scale",
                 )
             })?;
-            B::quantize_fp8_with_scale(x, fp8, scale, usage)
+            B::quantize_fp8_with_scale(x, delayed.fp8, delayed.scales, usage, delayed.record)
         }
         QuantizerSpec::Hybrid {
             rowwise,

@@ -12,7 +12,7 @@ use burn_lowp::format::{
     Scales, Usage,
 };
 
-use crate::common::SplitMix;
+use crate::common::{read_f32, SplitMix};
 
 /// Every format configuration the kernels implement.
 pub fn configs() -> Vec<(&'static str, FormatConfig)> {
@@ -303,12 +303,136 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
                     fp8,
                     scale_tensor,
                     Usage::BOTH,
+                    None,
                 )
                 .unwrap();
                 assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
             }
         }
     }
+}
+
+/// An f32 `[rows, cols]` tensor of backend `B` from host values.
+fn f32_tensor<B: LowpBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> burn::tensor::ops::FloatTensor<B> {
+    B::float_from_host(&HostMatrix::new("f32", rows, cols, InputDtype::F32, values).unwrap(), device)
+}
+
+/// The largest |v| of `values`, NaN counted as 0 (the casts' amax rule), computed here.
+fn host_amax(values: &[f32]) -> f32 {
+    values.iter().map(|v| if v.is_nan() { 0.0 } else { v.abs() }).fold(0.0f32, f32::max)
+}
+
+/// Delayed casts on a backend that records in place (`delayed_amax_in_place`) fold each group's
+/// amax into its column of the history's row 0 with a maximum (a second cast, the next
+/// micro-batch, keeps the larger) and write nothing else: plain, grouped (columns `1 + 3g`, an
+/// empty group among them) and padded grouped casts. The amaxes are taken here from the inputs.
+/// NdArray records with tensor ops instead (`tests/recipes.rs` checks that path).
+pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    use burn_lowp::backend::{AmaxHistoryColumns, GroupedFp8Scaling};
+    if !B::delayed_amax_in_place() {
+        return;
+    }
+    let (len, width) = (4usize, 16usize);
+    // Row 0 holds amaxes recorded earlier in the step; rows 1.. older steps.
+    let prefill: Vec<f32> = (0..len * width).map(|i| 0.3 * (i % 7) as f32).collect();
+    let record = |history: &burn::tensor::ops::FloatTensor<B>, first: usize, stride: usize| {
+        Some(AmaxHistoryColumns { history: history.clone(), first, stride })
+    };
+    let one = |v: f32| f32_tensor::<B>(vec![v], 1, 1, device);
+    let read_f32 = |t: burn::tensor::ops::FloatTensor<B>| burn::tensor::read_sync(B::float_into_data(t)).unwrap().to_vec::<f32>().unwrap();
+    for &dtype in dtypes {
+        // Plain: column 5, two casts.
+        let history = B::float_add_scalar(f32_tensor::<B>(prefill.clone(), len, width, device), 0.0.into());
+        let mut expected = prefill.clone();
+        for seed in [3u64, 4] {
+            let x = input(96, 160, dtype, seed);
+            B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
+            expected[5] = expected[5].max(host_amax(&x.values));
+            assert_eq!(read_f32(history.clone()), expected, "plain delayed cast, {} seed {seed}", dtype.name());
+        }
+        // Grouped, aligned rows and packed rows read through the layout.
+        let (splits, tokens) = (vec![0i32, 200, 37, 63], 300usize);
+        let scales = f32_tensor::<B>(vec![0.5, 3.0, 1.0, 100.0], 1, 4, device);
+        let (x, groups) = grouped_input(&splits, tokens, 128, dtype, 11);
+        let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
+        let history = f32_tensor::<B>(prefill.clone(), len, width, device);
+        let mut expected = prefill.clone();
+        for shared in [GroupScaling::PerGroup, GroupScaling::Shared] {
+            B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E5M2, scales.clone(), &device_groups,
+                Usage::ROWWISE, shared, record(&history, 1, 3)).unwrap();
+        }
+        for (g, group) in groups.iter().enumerate() {
+            let rows = &x.values[group.start * 128..(group.start + group.len) * 128];
+            expected[1 + 3 * g] = expected[1 + 3 * g].max(host_amax(rows));
+        }
+        assert_eq!(read_f32(history.clone()), expected, "grouped delayed casts, {}", dtype.name());
+
+        let packed = input(tokens, 400, dtype, 12);
+        let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
+            device,
+        );
+        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let history = f32_tensor::<B>(prefill.clone(), len, width, device);
+        let scaling = GroupedFp8Scaling::Delayed { fp8: Fp8Format::E4M3, scales: scales.clone(), record: record(&history, 2, 2) };
+        B::quantize_fp8_grouped_padded(B::float_from_host(&packed, device), &layout, scaling, Usage::BOTH, GroupScaling::PerGroup).unwrap();
+        let mut expected = prefill.clone();
+        let mut start = 0usize;
+        for (g, &n) in splits.iter().enumerate() {
+            let rows = &packed.values[start * 400..(start + n as usize) * 400];
+            expected[2 + 2 * g] = expected[2 + 2 * g].max(host_amax(rows));
+            start += n as usize;
+        }
+        assert_eq!(read_f32(history), expected, "padded grouped delayed cast, {}", dtype.name());
+    }
+    // A history that cannot hold the columns is an error, not a write past its row.
+    let history = f32_tensor::<B>(prefill.clone(), len, width, device);
+    let x = input(96, 160, InputDtype::F32, 5);
+    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::BOTH, record(&history, width, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("amax history"), "{err}");
+}
+
+/// `lowp_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
+/// (`delayed_update_by_ops`) bit for bit, new history and new scales: histories of 1, 2, 5,
+/// 1024 and 1100 rows (the twin's blocked max has a tail there), 1 to 70 slots, `max` and
+/// `most_recent`, with zero, infinite, subnormal (the scale overflows to f32::MAX) and ordinary
+/// amaxes; scales and histories that disagree are an error on both.
+pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Device) {
+    use burn_lowp::quant::delayed::delayed_update_by_ops;
+    let mut cases = 0;
+    for (len, width) in [(1usize, 1usize), (2, 3), (5, 24), (1024, 40), (1100, 70)] {
+        let mut rng = SplitMix((len * 131 + width) as u64);
+        let history: Vec<f32> = (0..len * width)
+            .map(|i| match rng.next_u64() % 11 {
+                0 => 0.0,
+                1 if i % 5 == 0 => f32::INFINITY,
+                2 => 1.0e-45,
+                3 => 3.0e38,
+                _ => (rng.uniform() * 900.0) as f32,
+            })
+            .collect();
+        let scale: Vec<f32> = (0..width).map(|_| 0.01 + rng.uniform() as f32 * 1000.0).collect();
+        for most_recent in [false, true] {
+            for numerator in [448.0f32, 57344.0 / 2.0] {
+                let inputs = || (f32_tensor::<B>(history.clone(), len, width, device), B::float_reshape(f32_tensor::<B>(scale.clone(), 1, width, device), burn::tensor::Shape::new([width])));
+                let (h, s) = inputs();
+                let (h_ops, s_ops) = delayed_update_by_ops::<B>(h, s, numerator, most_recent).unwrap();
+                let (h, s) = inputs();
+                let (h_k, s_k) = B::lowp_delayed_update(h, s, numerator, most_recent).unwrap();
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                let context = format!("history {len}x{width}, most_recent {most_recent}, numerator {numerator}");
+                assert_eq!(bits(read_f32::<B>(s_k)), bits(read_f32::<B>(s_ops)), "{context}: scales");
+                assert_eq!(bits(read_f32::<B>(h_k)), bits(read_f32::<B>(h_ops)), "{context}: history");
+                cases += 1;
+            }
+        }
+    }
+    let wrong = B::float_reshape(f32_tensor::<B>(vec![1.0; 4], 1, 4, device), burn::tensor::Shape::new([4]));
+    assert!(B::lowp_delayed_update(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong.clone(), 448.0, false).is_err());
+    assert!(delayed_update_by_ops::<B>(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong, 448.0, false).is_err());
+    println!("{cases} delayed-scaling updates equal their tensor-op twin");
 }
 
 /// NaN of either sign, infinities, values past the format's maximum, halfway cases at the top and
@@ -356,7 +480,7 @@ pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Devi
                     &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
                     device,
                 );
-                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, scale_tensor, Usage::BOTH)
+                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, scale_tensor, Usage::BOTH, None)
                     .unwrap_or_else(|e| panic!("{context}: {e}"));
                 assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                 cases += 1;
@@ -531,6 +655,7 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
                         GroupedFp8Scaling::Delayed {
                             fp8,
                             scales: B::float_from_host(&HostMatrix::new("scales", 1, groups, InputDtype::F32, scales.clone()).unwrap(), device),
+                            record: None,
                         },
                     ]
                 };
@@ -799,7 +924,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH, GroupScaling::PerGroup).unwrap();
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH, GroupScaling::PerGroup, None).unwrap();
             for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
                 let slice = HostMatrix::new("slice", group.len, cols, dtype,
                     x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
@@ -867,7 +992,7 @@ pub fn check_grouped_shared_scale_matches_per_slice<B: LowpBackend>(device: &B::
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
             let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor,
-                &device_groups, Usage::BOTH, GroupScaling::Shared).unwrap();
+                &device_groups, Usage::BOTH, GroupScaling::Shared, None).unwrap();
             checked(q, fp8, 2.0f32.powi(-9), &format!("shared delayed {fp8:?}"));
         }
         // Per-group scales differ for these groups, so sharing is visible.
@@ -905,6 +1030,16 @@ macro_rules! kernel_suite {
         #[test]
         fn delayed_scaling_matches_reference() {
             if let Some(d) = $device { crate::suite::check_delayed_scaling_matches_reference::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn delayed_casts_record_into_history() {
+            if let Some(d) = $device { crate::suite::check_delayed_casts_record_into_history::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn delayed_update_matches_tensor_ops() {
+            if let Some(d) = $device { crate::suite::check_delayed_update_matches_tensor_ops::<$backend>(&d); }
         }
 
         #[test]

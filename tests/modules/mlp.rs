@@ -338,7 +338,7 @@ pub fn check_mlp_stack_learns_under_every_recipe<B: LowpBackend>(device: &B::Dev
             losses.push(loss.clone().into_scalar().elem::<f32>());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             for b in &model.blocks {
-                b.end_step();
+                b.end_step().unwrap();
             }
             model = optim.step(3e-3, model, grads);
         }

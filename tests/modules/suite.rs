@@ -657,8 +657,8 @@ pub fn check_mlp_learns_under_every_recipe<B: LowpBackend>(device: &B::Device) {
                 .mean();
             losses.push(loss.clone().into_scalar().elem::<f32>());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model.fc1.end_step();
-            model.fc2.end_step();
+            model.fc1.end_step().unwrap();
+            model.fc2.end_step().unwrap();
             model = optim.step(3e-3, model, grads);
             assert!(
                 losses[step].is_finite(),
