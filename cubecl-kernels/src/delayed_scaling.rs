@@ -1,8 +1,8 @@
 //! TE's delayed-scaling end-of-step update (`delayed_scaling.cu`; `transformer-engine-facts.md`
 //! section 3) of one module's amax history in one launch. Burn ops took about fourteen launches
 //! for it (a blocked max over the history, the scale rule as elementwise ops, the roll as a
-//! `cat` and a `slice_assign`), once per module direction and step: in a launch-bound step that
-//! is what made delayed scaling slower than current scaling. Twin: the tensor-op version in
+//! `cat` and a `slice_assign`), once per module direction and step, in steps that CubeCL's
+//! launch path bounds. Twin: the tensor-op version in
 //! `burn_lowp::quant::delayed` (`delayed_update_by_ops`), bit for bit.
 //!
 //! History `[len, width]` f32, row 0 the current step's amaxes (the casts record into it, see
@@ -12,16 +12,20 @@
 //!    stays;
 //! 3. the roll: new row i = old row i + 1, new row len - 1 = old row 0, then new row 0 = 0.
 //!
-//! A cube covers 32 columns with 8 row lanes (each warp reads 128 contiguous bytes of a row);
-//! the lanes' maxima meet in shared memory. The history's values are amaxes (non-negative, never
-//! NaN: the casts record a NaN element as 0), so the maximum is order-free and exact.
+//! A cube covers 8 columns with 32 row lanes; each lane issues the loads of four of its rows
+//! before using them (a history is read once per step, so every load is a trip to memory, and
+//! one row at a time made the 1024-row update a chain of 128 such trips per lane). The lanes'
+//! maxima meet in shared memory. The history's values are amaxes (non-negative, never NaN: the
+//! casts record a NaN element as 0), so the maximum is order-free and exact.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-const COLUMNS: usize = 32;
-const LANES: usize = 8;
+const COLUMNS: usize = 8;
+const LANES: usize = 32;
 const UNITS: usize = COLUMNS * LANES;
+/// Rows whose loads a lane issues together.
+const UNROLL: usize = 4;
 
 #[cube(launch_unchecked)]
 pub fn delayed_update_kernel(
@@ -39,15 +43,30 @@ pub fn delayed_update_kernel(
     let c = CUBE_POS as usize * COLUMNS + unit % COLUMNS;
     let mut largest = 0.0f32;
     if c < width {
-        for r in range_stepped(lane, len, LANES) {
-            let v = history[r * width + c];
-            largest = select(v > largest, v, largest);
-            if r == 0 {
-                if len > 1 {
-                    new_history[(len - 1) * width + c] = v;
+        let last = len - 1;
+        for base in range_stepped(lane, len, LANES * UNROLL) {
+            // Rows past the end re-read the last row: harmless for a maximum, never stored.
+            let mut values = Array::<f32>::new(UNROLL);
+            #[unroll]
+            for k in 0..UNROLL {
+                let r = base + k * LANES;
+                let r = select(r < len, r, last);
+                values[k] = history[r * width + c];
+            }
+            #[unroll]
+            for k in 0..UNROLL {
+                let r = base + k * LANES;
+                if r < len {
+                    let v = values[k];
+                    largest = select(v > largest, v, largest);
+                    if r == 0 {
+                        if len > 1 {
+                            new_history[last * width + c] = v;
+                        }
+                    } else if r >= 2 {
+                        new_history[(r - 1) * width + c] = v;
+                    }
                 }
-            } else if r >= 2 {
-                new_history[(r - 1) * width + c] = v;
             }
         }
         if lane == 0 {

@@ -512,8 +512,9 @@ fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
 }
 
 /// The history row a delayed cast records into (`AmaxHistoryColumns`), checked: an f32
-/// `[len, width]` tensor whose buffer the cast can write (contiguous, so that the writes land in
-/// the module's tensor and not in a copy) with `count` columns `first + g * stride` in row 0.
+/// `[len, width]` tensor whose row 0 the cast writes where it lies (columns one word apart; the
+/// rows may be pitched, as CubeCL lays out `zeros([1024, 3])`), so that the writes land in the
+/// module's tensor and not in a copy, holding the `count` columns `first + g * stride`.
 struct HistoryTarget<R: CubeRuntime> {
     history: CubeTensor<R>,
     first: usize,
@@ -539,19 +540,18 @@ fn history_row<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     };
     let history = record.history;
     let dims = history.shape().as_slice().to_vec();
+    let strides = history.meta.strides().to_vec();
     let last = record.first + count.saturating_sub(1) * record.stride;
     let fits = dims.len() == 2 && count > 0 && last < dims[1];
-    if history.dtype != DType::F32 || !history.is_contiguous() || !fits {
+    let row_in_place = strides.len() == 2 && strides[1] == 1 && strides[0] >= dims[1];
+    if history.dtype != DType::F32 || !row_in_place || !fits {
         return Err(LowpError::shape(
             "amax history",
             format!(
-                "{:?} {dims:?} (contiguous: {}), columns {} + g * {} for {count} groups",
-                history.dtype,
-                history.is_contiguous(),
-                record.first,
-                record.stride
+                "{:?} {dims:?} strides {strides:?}, columns {} + g * {} for {count} groups",
+                history.dtype, record.first, record.stride
             ),
-            "a contiguous f32 [len, slots] history holding every recorded column",
+            "an f32 [len, slots] history with unit column stride holding every recorded column",
         ));
     }
     Ok(Some(HistoryTarget {

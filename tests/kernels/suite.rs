@@ -325,7 +325,8 @@ fn host_amax(values: &[f32]) -> f32 {
 /// Delayed casts on a backend that records in place (`delayed_amax_in_place`) fold each group's
 /// amax into its column of the history's row 0 with a maximum (a second cast, the next
 /// micro-batch, keeps the larger) and write nothing else: plain, grouped (columns `1 + 3g`, an
-/// empty group among them) and padded grouped casts. The amaxes are taken here from the inputs.
+/// empty group among them) and padded grouped casts, and a history made by `zeros`. The amaxes
+/// are taken here from the inputs.
 /// NdArray records with tensor ops instead (`tests/recipes.rs` checks that path).
 pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     use burn_lowp::backend::{AmaxHistoryColumns, GroupedFp8Scaling};
@@ -385,6 +386,14 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         }
         assert_eq!(read_f32(history), expected, "padded grouped delayed cast, {}", dtype.name());
     }
+    // A history made by `zeros` (CubeCL may pitch its rows: [1024, 3] f32 is not contiguous on
+    // CUDA), as a module's state starts.
+    let zeros = B::float_zeros(burn::tensor::Shape::new([1024, 3]), device, burn::tensor::FloatDType::F32);
+    let x = input(96, 160, InputDtype::F32, 6);
+    B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
+    let mut expected = vec![0.0f32; 1024 * 3];
+    expected[2] = host_amax(&x.values);
+    assert_eq!(read_f32(zeros), expected, "delayed cast into a zeros history");
     // A history that cannot hold the columns is an error, not a write past its row.
     let history = f32_tensor::<B>(prefill.clone(), len, width, device);
     let x = input(96, 160, InputDtype::F32, 5);
