@@ -1209,11 +1209,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             columnwise: usage.columnwise,
         };
         let count = layout.groups.count;
-        // (Delayed scales as a contiguous tensor that outlives the launch.)
         let history = match &scaling {
             super::GroupedFp8Scaling::Delayed { record, .. } => history_row(record.clone(), count)?,
             _ => None,
         };
+        // (Delayed scales as a contiguous tensor that outlives the launch.)
         let delayed_scales = match &scaling {
             super::GroupedFp8Scaling::Delayed { scales, .. } => {
                 if scales.dtype != DType::F32 || scales.shape().num_elements() != count {

@@ -57,11 +57,12 @@ fn amax_sink<B: LowpLinear>(
         history: Arc::new(move || B::to_quant(now.amax_history.value().into_primitive().tensor())),
         record: Arc::new(move |amax| {
             let amax: Tensor<B, 1> = Tensor::from_primitive(TensorPrimitive::Float(B::from_quant(amax)));
-            let groups = amax.dims()[0];
-            let slots: Vec<usize> = (0..groups).map(|g| first + g * stride).collect();
-            match groups {
+            match amax.dims()[0] {
                 1 => record.record_amax(first, amax),
-                _ => record.record_amaxes(&slots, amax),
+                groups => {
+                    let slots: Vec<usize> = (0..groups).map(|g| first + g * stride).collect();
+                    record.record_amaxes(&slots, amax)
+                }
             }
         }),
         first,
@@ -117,7 +118,6 @@ impl<B: Backend> LowpState<B> {
     pub fn set_quantize_calls(&self, calls: u64) {
         self.counters.calls.store(calls, Ordering::Relaxed);
     }
-
 }
 
 impl<B: LowpLinear> LowpState<B> {
@@ -291,9 +291,14 @@ impl<B: LowpLinear> LowpState<B> {
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
                 let scales = B::to_quant(state.slots_scale(&slots).into_primitive().tensor());
-                // The layout gives an operand's expert slots at a fixed stride (`gemms`).
+                // The layout gives an operand's expert slots at a fixed stride (`gemms`), which
+                // the casts record by (an invariant of `SlotLayout`, checked: a wrong column
+                // would be a silently wrong scale).
                 let stride = if slots.len() > 1 { slots[1] - slots[0] } else { 1 };
-                debug_assert!(slots.iter().enumerate().all(|(g, &s)| s == slots[0] + g * stride));
+                assert!(
+                    slots.iter().enumerate().all(|(g, &s)| s == slots[0] + g * stride),
+                    "expert slots {slots:?} are not evenly spaced"
+                );
                 Some(GroupedDelayed {
                     scales,
                     fp8: config.fp8_format.element_format(pass == Pass::Forward),
