@@ -323,6 +323,26 @@ struct HostRead {
     /// waiting (`cublaslt::StreamMark`), set when the device thread queues them.
     #[cfg(feature = "cuda")]
     mark: Option<Arc<Mutex<Option<super::cublaslt::StreamMark>>>>,
+    /// Off CUDA, a read dropped unawaited is completed first: cubecl-wgpu 0.10 hands the
+    /// staging buffer of a dropped read back to its pool while it is still mapped, and the next
+    /// read that takes it fails wgpu's validation ("buffer still mapped"). A `GroupLayout`
+    /// dropped before anyone read its splits did that.
+    complete_on_drop: bool,
+    /// `future` took the read (nothing left to complete).
+    taken: bool,
+}
+
+impl Drop for HostRead {
+    fn drop(&mut self) {
+        if !self.complete_on_drop || self.taken {
+            return;
+        }
+        // The device thread may not have queued the read yet: wait until it has.
+        let _ = self.queue.submit_blocking(|_| ());
+        if let Some(pending) = self.future.lock().expect("host read slot").take() {
+            let _ = burn_lowp_kernels::cubecl::future::block_on(pending);
+        }
+    }
 }
 
 
@@ -372,11 +392,17 @@ impl HostRead {
                 *mark.lock().expect("host read mark") = super::cublaslt::mark_cubecl_stream(cuda, device);
             }
         });
+        #[cfg(feature = "cuda")]
+        let complete_on_drop = !super::cuda_gemm::is_cuda::<R>();
+        #[cfg(not(feature = "cuda"))]
+        let complete_on_drop = true;
         HostRead {
             future,
             queue,
             #[cfg(feature = "cuda")]
             mark: mark.map(|(mark, _)| mark),
+            complete_on_drop,
+            taken: false,
         }
     }
 
@@ -393,7 +419,8 @@ impl HostRead {
     }
 
     /// The read's future; waits for the device thread to reach the request if it has not yet.
-    fn future(self) -> Result<PendingRead> {
+    fn future(mut self) -> Result<PendingRead> {
+        self.taken = true;
         if let Some(f) = self.future.lock().expect("host read slot").take() {
             return Ok(f);
         }
@@ -535,7 +562,7 @@ fn history_row<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     record: Option<super::AmaxHistoryColumns<CubeBackend<R, F, I, BT>>>,
     count: usize,
 ) -> Result<Option<HistoryTarget<R>>> {
-    let Some(record) = record.filter(|_| CubeBackend::<R, F, I, BT>::delayed_amax_in_place()) else {
+    let Some(record) = record else {
         return Ok(None);
     };
     let history = record.history;
@@ -566,19 +593,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
 {
     type Bytes = CubeBytes<R>;
 
-    /// On CUDA. Under wgpu (lavapipe) a cast writing into an uploaded history failed wgpu's
-    /// validation at the next submit ("buffer still mapped"; not root-caused), so wgpu records
-    /// with tensor ops.
     fn delayed_amax_in_place() -> bool {
-        #[cfg(feature = "cuda")]
-        {
-            std::any::TypeId::of::<R>()
-                == std::any::TypeId::of::<burn_lowp_kernels::cubecl::cuda::CudaRuntime>()
-        }
-        #[cfg(not(feature = "cuda"))]
-        {
-            false
-        }
+        true
     }
 
     fn lowp_delayed_update(

@@ -76,8 +76,8 @@ pub trait LowpBackend: Backend {
     ) -> Result<QuantizedTensor<Self>>;
 
     /// Whether `quantize_fp8_with_scale[_grouped]` fold the amaxes into the module's history
-    /// (`AmaxHistoryColumns`) in the cast's own launch. Where not (NdArray, wgpu) they ignore
-    /// `record`, and the caller records the result's amaxes with tensor ops.
+    /// (`AmaxHistoryColumns`) in the cast's own launch (CubeBackend). Where not (NdArray) they
+    /// ignore `record`, and the caller records the result's amaxes with tensor ops.
     fn delayed_amax_in_place() -> bool {
         false
     }

@@ -340,16 +340,15 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         Some(AmaxHistoryColumns { history: history.clone(), first, stride })
     };
     let one = |v: f32| f32_tensor::<B>(vec![v], 1, 1, device);
-    let read_f32 = |t: burn::tensor::ops::FloatTensor<B>| burn::tensor::read_sync(B::float_into_data(t)).unwrap().to_vec::<f32>().unwrap();
     for &dtype in dtypes {
         // Plain: column 5, two casts.
-        let history = B::float_add_scalar(f32_tensor::<B>(prefill.clone(), len, width, device), 0.0.into());
+        let history = f32_tensor::<B>(prefill.clone(), len, width, device);
         let mut expected = prefill.clone();
         for seed in [3u64, 4] {
             let x = input(96, 160, dtype, seed);
             B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
             expected[5] = expected[5].max(host_amax(&x.values));
-            assert_eq!(read_f32(history.clone()), expected, "plain delayed cast, {} seed {seed}", dtype.name());
+            assert_eq!(read_f32::<B>(history.clone()), expected, "plain delayed cast, {} seed {seed}", dtype.name());
         }
         // Grouped, aligned rows and packed rows read through the layout.
         let (splits, tokens) = (vec![0i32, 200, 37, 63], 300usize);
@@ -366,7 +365,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
             let rows = &x.values[group.start * 128..(group.start + group.len) * 128];
             expected[1 + 3 * g] = expected[1 + 3 * g].max(host_amax(rows));
         }
-        assert_eq!(read_f32(history.clone()), expected, "grouped delayed casts, {}", dtype.name());
+        assert_eq!(read_f32::<B>(history.clone()), expected, "grouped delayed casts, {}", dtype.name());
 
         let packed = input(tokens, 400, dtype, 12);
         let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
@@ -384,7 +383,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
             expected[2 + 2 * g] = expected[2 + 2 * g].max(host_amax(rows));
             start += n as usize;
         }
-        assert_eq!(read_f32(history), expected, "padded grouped delayed cast, {}", dtype.name());
+        assert_eq!(read_f32::<B>(history), expected, "padded grouped delayed cast, {}", dtype.name());
     }
     // A history made by `zeros` (CubeCL may pitch its rows: [1024, 3] f32 is not contiguous on
     // CUDA), as a module's state starts.
@@ -393,7 +392,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
     B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
     let mut expected = vec![0.0f32; 1024 * 3];
     expected[2] = host_amax(&x.values);
-    assert_eq!(read_f32(zeros), expected, "delayed cast into a zeros history");
+    assert_eq!(read_f32::<B>(zeros), expected, "delayed cast into a zeros history");
     // A history that cannot hold the columns is an error, not a write past its row.
     let history = f32_tensor::<B>(prefill.clone(), len, width, device);
     let x = input(96, 160, InputDtype::F32, 5);
@@ -401,6 +400,21 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         .unwrap_err()
         .to_string();
     assert!(err.contains("amax history"), "{err}");
+}
+
+/// A group layout dropped before anyone read its splits leaves the device's later reads working:
+/// its host copy is still in flight when it goes (on wgpu, cubecl-wgpu 0.10 handed the staging
+/// buffer of a dropped read back while still mapped, and the next read failed wgpu's validation).
+pub fn check_dropped_group_layout_leaves_reads_working<B: LowpBackend>(device: &B::Device) {
+    for _ in 0..3 {
+        let m_splits = burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(vec![0i64, 200, 37, 63], [4]),
+            device,
+        );
+        drop(B::group_layout(m_splits.into_primitive(), 300).unwrap());
+        let values: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        assert_eq!(read_f32::<B>(f32_tensor::<B>(values.clone(), 4, 16, device)), values);
+    }
 }
 
 /// `lowp_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
@@ -1044,6 +1058,11 @@ macro_rules! kernel_suite {
         #[test]
         fn delayed_casts_record_into_history() {
             if let Some(d) = $device { crate::suite::check_delayed_casts_record_into_history::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn dropped_group_layout_leaves_reads_working() {
+            if let Some(d) = $device { crate::suite::check_dropped_group_layout_leaves_reads_working::<$backend>(&d); }
         }
 
         #[test]
