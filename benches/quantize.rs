@@ -162,7 +162,7 @@ fn main() {
                     let _ = Backend::quantize_fp8_with_scale(
                         input.clone(),
                         Fp8Format::E4M3,
-                        scale.clone(),
+                        burn_lowp::backend::ScaleColumns::whole(scale.clone()),
                         usage,
                         None,
                     )

@@ -30,7 +30,8 @@ pub const FP8_TILE_COLS: usize = 8 * FP8_STRIPS;
 pub struct Fp8CastConfig {
     pub kind: ElemKind,
     pub fp8: Fp8Kind,
-    /// `scale_source[g]` is group g's amax (current scaling) rather than its scale (delayed).
+    /// Group g's scale source, `scale_source[scale_first + g * scale_stride]`, is its amax
+    /// (current scaling) rather than its scale (delayed: read from the module's scales).
     pub from_amax: bool,
     pub rule: ScaleRule,
     pub rowwise: bool,
@@ -73,6 +74,8 @@ pub fn fp8_cast_kernel<N: Size>(
     cols: usize,
     groups: usize,
     src_rows: usize,
+    scale_first: usize,
+    scale_stride: usize,
     history_first: usize,
     history_stride: usize,
     #[comptime] config: Fp8CastConfig,
@@ -102,16 +105,16 @@ pub fn fp8_cast_kernel<N: Size>(
     }
     let in_group = tile_row0 - g_start < g_rows;
 
-    let mut source = f32::reinterpret(scale_source[g]);
+    let mut source = f32::reinterpret(scale_source[scale_first + g * scale_stride]);
     if comptime![config.shared_scale] {
         // The largest amax (current) or the smallest scale, as the max of `-scale` (delayed):
         // every unit folds a stride of the groups, the cube reduces (uniform: all units call it).
-        let mut key = f32::reinterpret(scale_source[0]);
+        let mut key = f32::reinterpret(scale_source[scale_first]);
         if comptime![!config.from_amax] {
             key = -key;
         }
         for e in range_stepped(unit, groups, FP8_UNITS) {
-            let mut k = f32::reinterpret(scale_source[e]);
+            let mut k = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
             if comptime![!config.from_amax] {
                 k = -k;
             }
@@ -211,7 +214,7 @@ pub fn fp8_cast_kernel<N: Size>(
         for e in range_stepped(unit, groups, FP8_UNITS) {
             let mut group_scale = scale;
             if comptime![!config.shared_scale] {
-                let source = f32::reinterpret(scale_source[e]);
+                let source = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
                 group_scale = if comptime![config.from_amax] {
                     scale_from_amax(source, config.rule)
                 } else {

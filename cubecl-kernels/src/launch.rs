@@ -423,22 +423,31 @@ pub enum TensorScaling<'a> {
     /// Current scaling whose amax a producer already took (f32 bits, one per group; e.g. the
     /// LayerNormMLP norm and activation kernels fuse it): no amax pass.
     CurrentFromAmax { rule: ScaleRule, amax: &'a Handle },
-    /// Delayed scaling: the f32 scale in a device buffer (one per group); the amax is recorded,
-    /// and with `history` also folded into the module's amax history in the same launch.
+    /// Delayed scaling: group g's f32 scale is read from the module's scales (`scale`, by
+    /// index: no copy of the state per cast); the amax is recorded, and with `history` also
+    /// folded into row 0 of the module's amax history in the same launch.
     Delayed {
-        scale: &'a Handle,
-        history: Option<HistoryRow<'a>>,
+        scale: StateColumns<'a>,
+        history: Option<StateColumns<'a>>,
     },
 }
 
-/// Row 0 of a delayed-scaling amax history (f32), where a cast records its amaxes in place:
-/// group g's goes to word `first + g * stride` of `row` (an index, not a view: wgpu binds
-/// buffers only at aligned offsets).
+/// Words of a module's f32 delayed-scaling state that a cast reads or writes in place: group g's
+/// is word `first + g * stride` of `buffer` (the scales, or row 0 of the amax history). An index,
+/// not a view: wgpu binds buffers only at aligned offsets, and a Burn slice at another offset is a
+/// copy.
 #[derive(Clone, Copy, Debug)]
-pub struct HistoryRow<'a> {
-    pub row: &'a Handle,
+pub struct StateColumns<'a> {
+    pub buffer: &'a Handle,
     pub first: usize,
     pub stride: usize,
+}
+
+impl StateColumns<'_> {
+    /// Words the buffer must hold for `count` groups.
+    fn len(&self, count: usize) -> usize {
+        self.first + count.saturating_sub(1) * self.stride + 1
+    }
 }
 
 /// FP8 per-tensor quantization. Needs `M % 16 == 0` and `K % 16 == 0` (cuBLASLt FP8 alignment).
@@ -491,15 +500,18 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         TensorScaling::Delayed { history, .. } => *history,
         _ => None,
     };
+    // The scales or amaxes the scale comes from: group g's is word `first + g * stride`.
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
             let amax = match groups {
                 Some(g) => group_amax_gathered(client, x, g, false, gather)?.0,
                 None => amax(client, x)?,
             };
-            (amax.clone(), true, rule, amax)
+            ((amax.clone(), 0, 1), true, rule, amax)
         }
-        TensorScaling::CurrentFromAmax { rule, amax } => (amax.clone(), true, rule, amax.clone()),
+        TensorScaling::CurrentFromAmax { rule, amax } => {
+            ((amax.clone(), 0, 1), true, rule, amax.clone())
+        }
         TensorScaling::Delayed { scale, .. } => {
             let rule = ScaleRule {
                 fp8,
@@ -507,9 +519,11 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
                 epsilon_bits: 0,
                 value_for_inf_bits: f32::MAX.to_bits(),
             };
-            (scale.clone(), false, rule, filled(client, count, 0))
+            let source = (scale.buffer.clone(), scale.first, scale.stride);
+            (source, false, rule, filled(client, count, 0))
         }
     };
+    let (scale_source, scale_first, scale_stride) = scale_source;
     let n = rows * x.cols;
     let rowwise = if directions.rowwise {
         client.empty(n)
@@ -536,10 +550,11 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         gathered: gather.is_some(),
         encoder: fp8_encoder(client),
     };
-    let (history_row, history_first, history_stride) = match history {
-        Some(h) => (h.row.clone(), h.first, h.stride),
-        None => (dummy(client), 0, 0),
+    let (history_row, history_first, history_stride, history_len) = match history {
+        Some(h) => (h.buffer.clone(), h.first, h.stride, h.len(count)),
+        None => (dummy(client), 0, 0, 1),
     };
+    let scale_len = StateColumns { buffer: &scale_source, first: scale_first, stride: scale_stride }.len(count);
     let (group_start, group_rows, count) = group_args(client, groups);
     unsafe {
         fp8_cast_kernel::launch_unchecked::<R>(
@@ -552,7 +567,7 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
             CubeDim::new_1d(FP8_UNITS as u32),
             INPUT_VECTOR,
             x.arg(),
-            arg(&scale_source, count),
+            arg(&scale_source, scale_len),
             group_start,
             group_rows,
             row_index,
@@ -560,11 +575,13 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
             arg(&columnwise, n / 4),
             arg(&scale_inv, count),
             arg(&amax_out, count),
-            arg(&history_row, history_first + count.saturating_sub(1) * history_stride + 1),
+            arg(&history_row, history_len),
             rows,
             x.cols,
             count,
             src_rows,
+            scale_first,
+            scale_stride,
             history_first,
             history_stride,
             config,

@@ -549,9 +549,39 @@ struct HistoryTarget<R: CubeRuntime> {
 }
 
 impl<R: CubeRuntime> HistoryTarget<R> {
-    fn kernel_arg(&self) -> kernels::HistoryRow<'_> {
-        kernels::HistoryRow {
-            row: &self.history.handle,
+    fn kernel_arg(&self) -> kernels::StateColumns<'_> {
+        kernels::StateColumns {
+            buffer: &self.history.handle,
+            first: self.first,
+            stride: self.stride,
+        }
+    }
+}
+
+/// The scales a delayed cast reads by index (`ScaleColumns`), checked, as a contiguous tensor
+/// that outlives the launch (the module's scale state already is one: no copy).
+struct ScaleSource<R: CubeRuntime> {
+    scales: CubeTensor<R>,
+    first: usize,
+    stride: usize,
+}
+
+impl<R: CubeRuntime> ScaleSource<R> {
+    fn new<F: FloatElement, I: IntElement, BT: BoolElement>(
+        columns: super::ScaleColumns<CubeBackend<R, F, I, BT>>,
+        count: usize,
+    ) -> Result<Self> {
+        columns.indices(count)?;
+        Ok(ScaleSource {
+            scales: into_contiguous(columns.scales),
+            first: columns.first,
+            stride: columns.stride,
+        })
+    }
+
+    fn kernel_arg(&self) -> kernels::StateColumns<'_> {
+        kernels::StateColumns {
+            buffer: &self.scales.handle,
             first: self.first,
             stride: self.stride,
         }
@@ -643,7 +673,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn quantize_fp8_with_scale(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scale: FloatTensor<Self>,
+        scale: super::ScaleColumns<Self>,
         usage: Usage,
         record: Option<super::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
@@ -651,16 +681,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let format = QuantFormat::Fp8Tensor { fp8 };
         let history = history_row(record, 1)?;
         check_shape("input", rows, cols, &format)?;
-        if scale.dtype != DType::F32 || scale.shape().num_elements() != 1 {
-            return Err(LowpError::shape(
-                "scale",
-                format!("{:?} {:?}", scale.dtype, scale.shape().as_slice()),
-                "a delayed-scaling scale is one f32 value",
-            ));
-        }
+        let scale = ScaleSource::new(scale, 1)?;
         let kind = elem_kind(x.dtype, "input")?;
         let x = prepare(x);
-        let scale = into_contiguous(scale);
         let client = x.client.clone();
         let device = x.device.clone();
         let input = InputMatrix {
@@ -678,7 +701,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             input,
             fp8_kind(fp8),
             kernels::TensorScaling::Delayed {
-                scale: &scale.handle,
+                scale: scale.kernel_arg(),
                 history: history.as_ref().map(|h| h.kernel_arg()),
             },
             directions,
@@ -1128,7 +1151,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn quantize_fp8_with_scale_grouped(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scales: FloatTensor<Self>,
+        scales: super::ScaleColumns<Self>,
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,
@@ -1139,17 +1162,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         check_shape("input", rows, cols, &format)?;
         check_grouped_rows(rows, groups)?;
         let history = history_row(record, groups.count)?;
-        if scales.dtype != DType::F32 || scales.shape().num_elements() != groups.count {
-            return Err(LowpError::shape(
-                "scales",
-                format!("{:?} {:?}", scales.dtype, scales.shape().as_slice()),
-                format!("one f32 delayed-scaling scale per group ({})", groups.count),
-            ));
-        }
+        let scales = ScaleSource::new(scales, groups.count)?;
         let kind = elem_kind(x.dtype, "input")?;
         let shared = scaling == GroupScaling::Shared;
         let x = prepare(x);
-        let scales = into_contiguous(scales);
         let (client, device) = (x.client.clone(), x.device.clone());
         let input = InputMatrix {
             handle: &x.handle,
@@ -1162,7 +1178,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             input,
             fp8_kind(fp8),
             kernels::TensorScaling::Delayed {
-                scale: &scales.handle,
+                scale: scales.kernel_arg(),
                 history: history.as_ref().map(|h| h.kernel_arg()),
             },
             Directions {
@@ -1229,17 +1245,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             super::GroupedFp8Scaling::Delayed { record, .. } => history_row(record.clone(), count)?,
             _ => None,
         };
-        // (Delayed scales as a contiguous tensor that outlives the launch.)
         let delayed_scales = match &scaling {
             super::GroupedFp8Scaling::Delayed { scales, .. } => {
-                if scales.dtype != DType::F32 || scales.shape().num_elements() != count {
-                    return Err(LowpError::shape(
-                        "scales",
-                        format!("{:?} {:?}", scales.dtype, scales.shape().as_slice()),
-                        format!("one f32 delayed-scaling scale per group ({count})"),
-                    ));
-                }
-                Some(into_contiguous(scales.clone()))
+                Some(ScaleSource::new(scales.clone(), count)?)
             }
             _ => None,
         };
@@ -1261,7 +1269,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 }
             }
             (_, Some(scales)) => kernels::TensorScaling::Delayed {
-                scale: &scales.handle,
+                scale: scales.kernel_arg(),
                 history: history.as_ref().map(|h| h.kernel_arg()),
             },
             (super::GroupedFp8Scaling::Delayed { .. }, None) => unreachable!("checked above"),

@@ -7,7 +7,7 @@ use std::ops::Range;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::error::Result;
+use crate::error::{LowpError, Result};
 use crate::format::grouped::GroupScaling;
 use crate::format::{Direction, FormatConfig, Fp8Format, HostMatrix, Usage};
 use crate::quant::QuantizedTensor;
@@ -61,6 +61,46 @@ pub struct AmaxHistoryColumns<B: Backend> {
     pub stride: usize,
 }
 
+/// The delayed-scaling scales a cast reads from a module's state `scales` (f32): group g's
+/// (a plain tensor's: g = 0) is element `first + g * stride`. CubeBackend's cast reads it there
+/// by index (a Burn slice at an unaligned offset, or a gather of the experts' scales, would be a
+/// launch or an upload per cast); NdArray picks the values on the host.
+#[derive(Clone, Debug)]
+pub struct ScaleColumns<B: Backend> {
+    pub scales: FloatTensor<B>,
+    pub first: usize,
+    pub stride: usize,
+}
+
+impl<B: Backend> ScaleColumns<B> {
+    /// Every element of `scales`, in order (one per group).
+    pub fn whole(scales: FloatTensor<B>) -> Self {
+        ScaleColumns { scales, first: 0, stride: 1 }
+    }
+
+    /// Checks that `scales` is an f32 tensor (read in order, whatever its rank) holding the
+    /// `count` columns, and returns their indices.
+    pub fn indices(&self, count: usize) -> Result<Vec<usize>> {
+        use burn::tensor::TensorMetadata;
+        let shape = self.scales.shape();
+        let dtype = self.scales.dtype();
+        let last = self.first + count.saturating_sub(1) * self.stride;
+        if dtype != burn::tensor::DType::F32 || count == 0 || last >= shape.num_elements() {
+            return Err(LowpError::shape(
+                "scales",
+                format!(
+                    "{dtype:?} {:?} read at {} + g * {} for {count} groups",
+                    shape.as_slice(),
+                    self.first,
+                    self.stride
+                ),
+                "delayed-scaling scales are an f32 tensor holding every group's column",
+            ));
+        }
+        Ok((0..count).map(|g| self.first + g * self.stride).collect())
+    }
+}
+
 pub trait LowpBackend: Backend {
     /// A device buffer of raw bytes (codes, scales, amaxes).
     type Bytes: Clone + std::fmt::Debug + Send + Sync + 'static;
@@ -82,13 +122,13 @@ pub trait LowpBackend: Backend {
         false
     }
 
-    /// FP8 per-tensor quantization with a given scale (delayed scaling): `scale` is a one-element
-    /// f32 tensor on the device; the result records this tensor's amax, and where
+    /// FP8 per-tensor quantization with a given scale (delayed scaling): `scale` is one column
+    /// of f32 scales on the device; the result records this tensor's amax, and where
     /// `delayed_amax_in_place`, `record` also receives it (an atomic max into the history).
     fn quantize_fp8_with_scale(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scale: FloatTensor<Self>,
+        scale: ScaleColumns<Self>,
         usage: Usage,
         record: Option<AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>>;
@@ -161,13 +201,13 @@ pub trait LowpBackend: Backend {
     ) -> Result<QuantizedTensor<Self>>;
 
     /// FP8 per-tensor quantization of a grouped matrix with each group's given scale (delayed
-    /// scaling): `scales` is an f32 tensor of one value per group; the result records each
-    /// group's amax (and `record` receives them, as in `quantize_fp8_with_scale`). Under
+    /// scaling): `scales` holds one f32 column per group; the result records each group's amax
+    /// (and `record` receives them, as in `quantize_fp8_with_scale`). Under
     /// `GroupScaling::Shared` every group takes the smallest given scale.
     fn quantize_fp8_with_scale_grouped(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scales: FloatTensor<Self>,
+        scales: ScaleColumns<Self>,
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,

@@ -63,6 +63,13 @@ fn relayout(
     Ok(q)
 }
 
+/// The `count` scales a delayed cast reads (`ScaleColumns`), on the host.
+fn scale_values(scales: crate::backend::ScaleColumns<NdArray>, count: usize) -> Result<Vec<f32>> {
+    let indices = scales.indices(count)?;
+    let values = to_matrix(scales.scales, "scales")?.values;
+    Ok(indices.into_iter().map(|i| values[i]).collect())
+}
+
 fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
     values.into_iter().flat_map(f32::to_le_bytes).collect()
 }
@@ -186,7 +193,7 @@ impl LowpBackend for NdArray {
     fn quantize_fp8_with_scale(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scale: FloatTensor<Self>,
+        scale: crate::backend::ScaleColumns<Self>,
         usage: Usage,
         _record: Option<crate::backend::AmaxHistoryColumns<Self>>,
     ) -> Result<QuantizedTensor<Self>> {
@@ -197,15 +204,8 @@ impl LowpBackend for NdArray {
             m.cols,
             &crate::format::QuantFormat::Fp8Tensor { fp8 },
         )?;
-        let scale = to_matrix(scale, "scale")?;
-        if scale.values.len() != 1 {
-            return Err(LowpError::shape(
-                "scale",
-                format!("{} values", scale.values.len()),
-                "a delayed-scaling scale is one value",
-            ));
-        }
-        let host = quantize_fp8_with_scale(&m, fp8, scale.values[0], usage)?;
+        let scale = scale_values(scale, 1)?[0];
+        let host = quantize_fp8_with_scale(&m, fp8, scale, usage)?;
         Ok(QuantizedTensor::from_host(&host, upload))
     }
 
@@ -305,7 +305,7 @@ impl LowpBackend for NdArray {
     fn quantize_fp8_with_scale_grouped(
         x: FloatTensor<Self>,
         fp8: Fp8Format,
-        scales: FloatTensor<Self>,
+        scales: crate::backend::ScaleColumns<Self>,
         groups: &Groups<Self>,
         usage: Usage,
         scaling: GroupScaling,
@@ -313,15 +313,8 @@ impl LowpBackend for NdArray {
     ) -> Result<QuantizedTensor<Self>> {
         let m = to_matrix(x, "input")?;
         check_shape(&m.name, m.rows, m.cols, &QuantFormat::Fp8Tensor { fp8 })?;
-        let mut scales = to_matrix(scales, "scales")?.values;
         let groups = host_groups(groups)?;
-        if scales.len() != groups.len() {
-            return Err(LowpError::shape(
-                "scales",
-                format!("{} values", scales.len()),
-                format!("one delayed-scaling scale per group ({})", groups.len()),
-            ));
-        }
+        let mut scales = scale_values(scales, groups.len())?;
         crate::format::grouped::check_groups(&m.name, &groups, m.rows)?;
         if scaling == GroupScaling::Shared {
             let shared = GroupScaling::shared_delayed_scale(&scales);

@@ -58,11 +58,11 @@ pub enum GroupedFp8Scaling<B: LowpBackend> {
         config: Fp8CurrentScaling,
         amax: B::Bytes,
     },
-    /// Delayed scaling: one f32 scale per group (`[groups]`), and where the amaxes are recorded
-    /// in place (`LowpBackend::delayed_amax_in_place`).
+    /// Delayed scaling: one f32 scale column per group, and where the amaxes are recorded in
+    /// place (`LowpBackend::delayed_amax_in_place`).
     Delayed {
         fp8: Fp8Format,
-        scales: FloatTensor<B>,
+        scales: super::ScaleColumns<B>,
         record: Option<super::AmaxHistoryColumns<B>>,
     },
 }

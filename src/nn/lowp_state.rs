@@ -11,7 +11,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use super::weight_cache::WeightCache;
 use crate::error::Result;
-use crate::backend::Groups;
+use crate::backend::{Groups, ScaleColumns};
 use crate::ops::{
     AmaxSink, BackwardErrors, DelayedSlot, GroupedDelayed, GroupedLinearOp, GroupedQuantizer,
     GroupedWeight, LinearOp, LowpLinear, OperandQuantizer, WeightOperand, WgradTarget,
@@ -65,6 +65,19 @@ fn amax_sink<B: LowpLinear>(
                 }
             }
         }),
+        first,
+        stride,
+    }
+}
+
+/// The scales of slots `first + g * stride` of a module direction, read in place by the cast.
+fn scale_columns<B: LowpLinear>(
+    state: &DelayedScalingState<B>,
+    first: usize,
+    stride: usize,
+) -> ScaleColumns<B::Quant> {
+    ScaleColumns {
+        scales: B::to_quant(state.scale.value().into_primitive().tensor()),
         first,
         stride,
     }
@@ -162,7 +175,7 @@ impl<B: LowpLinear> LowpState<B> {
         }
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => Some(DelayedSlot {
-                scale: B::to_quant(state.slot_scale(slot).into_primitive().tensor()),
+                scale: scale_columns(state, slot, 1),
                 fp8: config.fp8_format.element_format(pass == Pass::Forward),
                 sink: amax_sink(state, slot, 1),
             }),
@@ -290,17 +303,16 @@ impl<B: LowpLinear> LowpState<B> {
         };
         let delayed = match (&quantizer.spec, state) {
             (QuantizerSpec::Fp8Delayed(config), Some(state)) => {
-                let scales = B::to_quant(state.slots_scale(&slots).into_primitive().tensor());
                 // The layout gives an operand's expert slots at a fixed stride (`gemms`), which
-                // the casts record by (an invariant of `SlotLayout`, checked: a wrong column
-                // would be a silently wrong scale).
+                // the casts read and record by (an invariant of `SlotLayout`, checked: a wrong
+                // column would be a silently wrong scale).
                 let stride = if slots.len() > 1 { slots[1] - slots[0] } else { 1 };
                 assert!(
                     slots.iter().enumerate().all(|(g, &s)| s == slots[0] + g * stride),
                     "expert slots {slots:?} are not evenly spaced"
                 );
                 Some(GroupedDelayed {
-                    scales,
+                    scales: scale_columns(state, slots[0], stride),
                     fp8: config.fp8_format.element_format(pass == Pass::Forward),
                     sink: amax_sink(state, slots[0], stride),
                 })

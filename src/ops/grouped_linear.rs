@@ -24,7 +24,7 @@ use crate::backend::grouped::check_packed_rows;
 pub use crate::backend::grouped::InputRows;
 use crate::backend::{
     GemmKind, GemmOptions, GroupEpilogue, GroupLayout, GroupedFp8Scaling, GroupedOperand, Groups,
-    LowpBackend,
+    LowpBackend, ScaleColumns,
 };
 use crate::debug::layer::ExpertRows;
 use crate::debug::{LayerDebug, TensorKind};
@@ -35,11 +35,11 @@ use crate::quant::grouped::quantize_grouped;
 use crate::quant::{DelayedCast, QuantizedTensor, QuantizerSpec};
 use crate::recipe::SplitAccumulator;
 
-/// The delayed-scaling slots of one operand for every group: their scales (`[groups]` f32), the
+/// The delayed-scaling slots of one operand for every group: their scale columns, the
 /// element format, and where the recorded amaxes go.
 #[derive(Clone, Debug)]
 pub struct GroupedDelayed<Q: LowpBackend> {
-    pub scales: FloatTensor<Q>,
+    pub scales: ScaleColumns<Q>,
     pub fp8: Fp8Format,
     pub sink: AmaxSink<Q>,
 }

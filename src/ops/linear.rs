@@ -21,7 +21,7 @@ use super::grouped_linear::{GroupedLinearOp, InputRows};
 use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
-use crate::backend::{AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend};
+use crate::backend::{AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend, ScaleColumns};
 use crate::error::{LowpError, Result};
 use crate::debug::layer::direction_for;
 use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
@@ -78,10 +78,11 @@ impl<Q: LowpBackend> AmaxSink<Q> {
     }
 }
 
-/// A delayed-scaling slot: its current scale (one element), element format and amax sink.
+/// A delayed-scaling slot: its current scale (a column of the module's scales), element format
+/// and amax sink.
 #[derive(Clone, Debug)]
 pub struct DelayedSlot<Q: LowpBackend> {
-    pub scale: FloatTensor<Q>,
+    pub scale: ScaleColumns<Q>,
     pub fp8: Fp8Format,
     pub sink: AmaxSink<Q>,
 }

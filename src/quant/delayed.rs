@@ -11,7 +11,7 @@ use burn::tensor::{DType, Tensor, TensorCreationOptions, TensorPrimitive};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LowpError, Result};
-use crate::backend::{AmaxHistoryColumns, LowpBackend};
+use crate::backend::{AmaxHistoryColumns, LowpBackend, ScaleColumns};
 use crate::format::Fp8Format;
 use crate::ops::row_reduce::{reduce_rows, RowReduction};
 use crate::ops::LowpLinear;
@@ -134,13 +134,13 @@ impl DelayedScalingConfig {
     }
 }
 
-/// What a delayed-scaling cast takes from its module's state: the scales (f32, one per group; a
-/// plain tensor's is one element), the slots' element format, and the history columns that
-/// receive its amaxes in the cast's own launch where the backend can
-/// (`LowpBackend::delayed_amax_in_place`; elsewhere the caller records them after the cast).
+/// What a delayed-scaling cast takes from its module's state: the scale columns (one per group;
+/// a plain tensor's is one), the slots' element format, and the history columns that receive its
+/// amaxes in the cast's own launch where the backend can (`LowpBackend::delayed_amax_in_place`;
+/// elsewhere the caller records them after the cast).
 #[derive(Clone, Debug)]
 pub struct DelayedCast<B: Backend> {
-    pub scales: FloatTensor<B>,
+    pub scales: ScaleColumns<B>,
     pub fp8: Fp8Format,
     pub record: Option<AmaxHistoryColumns<B>>,
 }
@@ -174,11 +174,6 @@ impl<B: Backend> DelayedScalingState<B> {
         }
     }
 
-    /// The scale of `slot`, a one-element tensor.
-    pub fn slot_scale(&self, slot: usize) -> Tensor<B, 1> {
-        self.scale.value().slice([slot..slot + 1])
-    }
-
     /// Records a quantize call's amax (a one-element tensor) into the current history row:
     /// `history[0][slot] = max(history[0][slot], amax)`, so that several calls in one step (micro
     /// batches) keep the largest. Tensor ops, for backends whose casts cannot record in place
@@ -189,12 +184,6 @@ impl<B: Backend> DelayedScalingState<B> {
         let merged = current.max_pair(amax.reshape([1, 1]));
         self.amax_history
             .set(history.slice_assign([0..1, slot..slot + 1], merged));
-    }
-
-    /// The scales of `slots` (a grouped module's per-expert slots of one tensor), `[slots.len()]`.
-    pub fn slots_scale(&self, slots: &[usize]) -> Tensor<B, 1> {
-        let scale = self.scale.value();
-        scale.clone().select(0, slot_indices::<B>(slots, &scale.device()))
     }
 
     /// `record_amax` for several slots at once: `amax[i]` goes to `slots[i]` (distinct slots).

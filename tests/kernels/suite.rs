@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use burn_lowp::backend::grouped::group_view;
-use burn_lowp::backend::{Groups, LowpBackend, RowGroup};
+use burn_lowp::backend::{Groups, LowpBackend, RowGroup, ScaleColumns};
 use burn_lowp::format::grouped::{group_config, group_layout, GroupScaling, SplitStatus};
 use burn_lowp::quant::{QuantizedTensor, Storage, StorageScales};
 use burn_lowp::format::fp8_block::BlockShape;
@@ -294,14 +294,11 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
                 let x = input(96, 160, dtype, scale.to_bits() as u64);
                 let context = format!("delayed {fp8:?} scale {scale} {}", dtype.name());
                 let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
-                let scale_tensor = B::float_from_host(
-                    &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
-                    device,
-                );
+                // The scale read in place from column 3 of a module's scales.
                 let ours = B::quantize_fp8_with_scale(
                     B::float_from_host(&x, device),
                     fp8,
-                    scale_tensor,
+                    scale_state::<B>(&[scale], 3, 1, device),
                     Usage::BOTH,
                     None,
                 )
@@ -310,6 +307,34 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
             }
         }
     }
+    // Scale columns past the module's scales are an error, not a read past them (plain and
+    // grouped).
+    let x = input(96, 160, InputDtype::F32, 5);
+    let narrow = ScaleColumns { first: 2, ..scale_state::<B>(&[1.0], 0, 1, device) };
+    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, Usage::BOTH, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("scales") && err.contains("2 + g * 1"), "{err}");
+    let (x, groups) = grouped_input(&[64, 64], 128, 128, InputDtype::F32, 7);
+    let device_groups = Groups::<B>::from_host(groups, x.rows, device).unwrap();
+    let narrow = ScaleColumns { stride: 3, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
+    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, &device_groups,
+        Usage::BOTH, GroupScaling::PerGroup, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("scales") && err.contains("for 2 groups"), "{err}");
+}
+
+/// Delayed-scaling scales as a module's state holds them: `scales[g]` at column `first + g *
+/// stride` of a 1-D f32 tensor whose other columns hold a decoy (2^-24: smaller than any scale
+/// the tests give, so a cast reading a wrong column, or a shared scale taken over one, is seen).
+fn scale_state<B: LowpBackend>(scales: &[f32], first: usize, stride: usize, device: &B::Device) -> ScaleColumns<B> {
+    let width = first + scales.len().saturating_sub(1) * stride + 2;
+    let mut state = vec![2.0f32.powi(-24); width];
+    for (g, &v) in scales.iter().enumerate() {
+        state[first + g * stride] = v;
+    }
+    ScaleColumns { scales: f32_tensor::<B>(state, 1, width, device), first, stride }
 }
 
 /// An f32 `[rows, cols]` tensor of backend `B` from host values.
@@ -339,7 +364,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
     let record = |history: &burn::tensor::ops::FloatTensor<B>, first: usize, stride: usize| {
         Some(AmaxHistoryColumns { history: history.clone(), first, stride })
     };
-    let one = |v: f32| f32_tensor::<B>(vec![v], 1, 1, device);
+    let one = |v: f32| ScaleColumns::whole(f32_tensor::<B>(vec![v], 1, 1, device));
     for &dtype in dtypes {
         // Plain: column 5, two casts.
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
@@ -352,7 +377,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         }
         // Grouped, aligned rows and packed rows read through the layout.
         let (splits, tokens) = (vec![0i32, 200, 37, 63], 300usize);
-        let scales = f32_tensor::<B>(vec![0.5, 3.0, 1.0, 100.0], 1, 4, device);
+        let scales = scale_state::<B>(&[0.5, 3.0, 1.0, 100.0], 0, 1, device);
         let (x, groups) = grouped_input(&splits, tokens, 128, dtype, 11);
         let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
@@ -503,7 +528,7 @@ pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Devi
                     &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
                     device,
                 );
-                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, scale_tensor, Usage::BOTH, None)
+                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, ScaleColumns::whole(scale_tensor), Usage::BOTH, None)
                     .unwrap_or_else(|e| panic!("{context}: {e}"));
                 assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                 cases += 1;
@@ -677,7 +702,7 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
                         GroupedFp8Scaling::Current(Fp8CurrentScaling { pow2_scales: pow2, ..Fp8CurrentScaling::new(fp8) }),
                         GroupedFp8Scaling::Delayed {
                             fp8,
-                            scales: B::float_from_host(&HostMatrix::new("scales", 1, groups, InputDtype::F32, scales.clone()).unwrap(), device),
+                            scales: scale_state::<B>(&scales, 2, 3, device),
                             record: None,
                         },
                     ]
@@ -946,8 +971,9 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         }
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
-            let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor, &device_groups, Usage::BOTH, GroupScaling::PerGroup, None).unwrap();
+            // Read in place at columns 1 + 2g of a module's scales.
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
+                &device_groups, Usage::BOTH, GroupScaling::PerGroup, None).unwrap();
             for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
                 let slice = HostMatrix::new("slice", group.len, cols, dtype,
                     x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
@@ -1013,8 +1039,8 @@ pub fn check_grouped_shared_scale_matches_per_slice<B: LowpBackend>(device: &B::
                 &FormatConfig::Fp8Current(current), Usage::BOTH, GroupScaling::Shared).unwrap();
             checked(q, fp8, current.scale_for(largest), &format!("shared current {fp8:?}"));
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
-            let scale_tensor = B::float_from_host(&HostMatrix::new("scales", 1, 4, InputDtype::F32, scales.to_vec()).unwrap(), device);
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_tensor,
+            // The smallest of columns 1 + 2g, not of the decoys between them.
+            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
                 &device_groups, Usage::BOTH, GroupScaling::Shared, None).unwrap();
             checked(q, fp8, 2.0f32.powi(-9), &format!("shared delayed {fp8:?}"));
         }
