@@ -54,6 +54,7 @@ fn train_run<'a>(config: &'a RunConfig, recipe: &'a burn_lowp::recipe::Recipe, c
         out_dir: out.to_path_buf(),
         resume: None,
         stop_after: None,
+        checkpoints: true,
         progress: false,
         memory_probe: None,
         debug: None,
@@ -204,7 +205,8 @@ fn resuming_from_a_checkpoint_reproduces_the_uninterrupted_losses_bit_for_bit() 
 /// `moe_train --compare` end to end on the CPU: every run's metrics, the chart, the table; then
 /// `--report` redraws them from the runs on disk.
 /// The step-bound diagnostic (`sync_every_step`) waits for the device after each step and
-/// reports the wait; it changes no number of the training.
+/// reports the wait; it changes no number of the training. Without checkpoints (a benchmark run,
+/// `--no-checkpoint`) nothing is written to `checkpoint/`, and the losses are the same.
 #[test]
 fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
     let _seeded = seeded();
@@ -218,6 +220,7 @@ fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
     let synced = train::<AD>(
         &TrainRun {
             sync_every_step: true,
+            checkpoints: false,
             ..train_run(&config, &recipe, &corpus, synced_dir.path())
         },
         &device,
@@ -225,6 +228,9 @@ fn syncing_after_every_step_reports_the_wait_and_changes_no_loss() {
     .unwrap();
     let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&synced.losses), bits(&plain.losses));
+    assert!(plain_dir.path().join("checkpoint").join("state.json").exists(), "the default run checkpoints");
+    assert!(!synced_dir.path().join("checkpoint").exists(), "a run without checkpoints wrote one");
+    assert!(!synced_dir.path().join("checkpoint.saving").exists(), "a run without checkpoints began one");
     assert_eq!(plain.sync_wait_ms_per_step, None);
     let wait = synced.sync_wait_ms_per_step.expect("a wait per step");
     assert!(wait >= 0.0 && wait.is_finite(), "{wait}");

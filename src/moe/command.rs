@@ -54,6 +54,10 @@ pub struct MoeTrainArgs {
     /// logged to `<out>/<recipe>/debug/`, with a switch summary at the end of each run.
     #[arg(long, conflicts_with = "report")]
     pub debug_config: Option<PathBuf>,
+    /// Write no checkpoint (benchmark runs: a checkpoint holds the weights and both AdamW
+    /// moments in f32, 22 GB for configs/moe-1.9b.json).
+    #[arg(long, conflicts_with = "report")]
+    pub no_checkpoint: bool,
     /// Diagnostic: wait for the device after every step and record how long the host spent
     /// enqueueing the step and how long it then waited for the GPU (`summary.json`): a wait near
     /// zero means the step is bound by the host, not the GPU. Slows training a little.
@@ -196,6 +200,7 @@ where
                 out_dir: args.out.join(name),
                 resume: args.resume.clone(),
                 stop_after: None,
+                checkpoints: !args.no_checkpoint,
                 progress: !args.quiet,
                 memory_probe,
                 debug: debug.as_ref(),
