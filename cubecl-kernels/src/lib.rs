@@ -32,6 +32,7 @@ pub mod group_dbias_amax;
 pub mod group_epilogue;
 pub mod group_layout;
 pub mod hadamard;
+pub mod heads;
 pub mod launch;
 pub mod mxfp8;
 pub mod norm;

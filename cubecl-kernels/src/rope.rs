@@ -39,15 +39,24 @@ pub fn rope_kernel(
         let col = index % head;
         let f = ((row % seq + start) * head + col) * 2;
         let (a, b) = load_pair(x, index, kind);
-        let (cos0, sin0, cos1, sin1) = (freq[f], freq[f + 1], freq[f + 2], freq[f + 3]);
-        let mut ya = a * cos0 - b * sin0;
-        let mut yb = b * cos1 + a * sin1;
-        if comptime![inverse] {
-            ya = a * cos0 + b * sin1;
-            yb = b * cos1 - a * sin0;
-        }
+        let (ya, yb) = rotate_pair(a, b, freq, f, inverse);
         store_pair(out, index, ya, yb, kind);
     }
+}
+
+/// The pair `(a, b)` rotated with the frequencies at `freq[f..f + 4]` (the pair's two entries),
+/// forward or `inverse` (the formulas above). Shared by every kernel that applies RoPE, so that
+/// they round alike.
+#[cube]
+pub fn rotate_pair(a: f32, b: f32, freq: &Array<f32>, f: usize, #[comptime] inverse: bool) -> (f32, f32) {
+    let (cos0, sin0, cos1, sin1) = (freq[f], freq[f + 1], freq[f + 2], freq[f + 3]);
+    let mut ya = a * cos0 - b * sin0;
+    let mut yb = b * cos1 + a * sin1;
+    if comptime![inverse] {
+        ya = a * cos0 + b * sin1;
+        yb = b * cos1 - a * sin0;
+    }
+    (ya, yb)
 }
 
 /// RoPE (or, with `inverse`, its gradient) of `x [rows, head]` (rows at positions

@@ -1591,6 +1591,22 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::causal_softmax(x, None, scale)
     }
 
+    fn lowp_split_heads(
+        x: FloatTensor<Self>,
+        freq: Option<FloatTensor<Self>>,
+        layout: crate::ops::attention_op::HeadLayout,
+    ) -> Result<Vec<FloatTensor<Self>>> {
+        super::cube_norm_act::split_heads(x, freq, layout)
+    }
+
+    fn lowp_merge_heads(
+        parts: Vec<FloatTensor<Self>>,
+        freq: Option<FloatTensor<Self>>,
+        layout: crate::ops::attention_op::HeadLayout,
+    ) -> Result<FloatTensor<Self>> {
+        super::cube_norm_act::merge_heads(parts, freq, layout)
+    }
+
     fn lowp_top_k(scores: FloatTensor<Self>, k: usize) -> Result<IntTensor<Self>> {
         super::cube_routing::top_k::<R, Self>(scores, k, I::dtype())
     }

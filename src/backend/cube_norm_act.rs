@@ -311,6 +311,79 @@ pub(super) fn rope<R: CubeRuntime>(
     Ok(like(&x, y, [rows, head]))
 }
 
+/// The frequency table as f32 words and its row count, checked against a head size.
+fn rope_table<R: CubeRuntime>(freq: CubeTensor<R>, head: usize) -> Result<(CubeTensor<R>, usize)> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    let dims = freq.shape().as_slice().to_vec();
+    let rows = match dims.as_slice() {
+        [rows, h, 2] if *h == head => *rows,
+        _ => {
+            return Err(LowpError::shape(
+                "RoPE frequencies",
+                format!("{dims:?}"),
+                format!("Burn's freq_complex [max_seq, {head}, 2]"),
+            ))
+        }
+    };
+    let freq = if freq.dtype == DType::F32 {
+        freq
+    } else {
+        B::<R>::float_cast(freq, burn::tensor::FloatDType::F32)
+    };
+    Ok((prepare(freq), rows))
+}
+
+/// Attention's head split (`ops/attention_op.rs`): one kernel (`kernels::heads`).
+pub(super) fn split_heads<R: CubeRuntime>(
+    x: CubeTensor<R>,
+    freq: Option<CubeTensor<R>>,
+    layout: crate::ops::attention_op::HeadLayout,
+) -> Result<Vec<CubeTensor<R>>> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    crate::ops::attention_op::check_rows::<B<R>>(&x, &layout)?;
+    let kind = elem_kind(x.dtype, "attention rows")?;
+    let freq = freq.map(|f| rope_table(f, layout.head)).transpose()?;
+    let x = prepare(x);
+    let parts = kernels::heads::split_heads(
+        &x.client,
+        &x.handle,
+        kind,
+        freq.as_ref().map(|(f, rows)| (&f.handle, *rows)),
+        layout,
+    )
+    .map_err(kernel_error("attention rows"))?;
+    let shape = [layout.batch * layout.heads, layout.seq, layout.head];
+    Ok(parts
+        .into_iter()
+        .map(|h| CubeTensor::new_contiguous(x.client.clone(), x.device.clone(), Shape::new(shape), h, x.dtype))
+        .collect())
+}
+
+/// `split_heads` transposed: one kernel (`kernels::heads`).
+pub(super) fn merge_heads<R: CubeRuntime>(
+    parts: Vec<CubeTensor<R>>,
+    freq: Option<CubeTensor<R>>,
+    layout: crate::ops::attention_op::HeadLayout,
+) -> Result<CubeTensor<R>> {
+    type B<R> = CubeBackend<R, f32, i32, u32>;
+    crate::ops::attention_op::check_parts::<B<R>>(&parts, &layout)?;
+    let kind = elem_kind(parts[0].dtype, "attention heads")?;
+    let freq = freq.map(|f| rope_table(f, layout.head)).transpose()?;
+    let parts: Vec<CubeTensor<R>> = parts.into_iter().map(prepare).collect();
+    let handles: Vec<&kernels::cubecl::server::Handle> = parts.iter().map(|p| &p.handle).collect();
+    let first = &parts[0];
+    let rows = kernels::heads::merge_heads(
+        &first.client,
+        &handles,
+        kind,
+        freq.as_ref().map(|(f, rows)| (&f.handle, *rows)),
+        layout,
+    )
+    .map_err(kernel_error("attention heads"))?;
+    let shape = [layout.batch * layout.seq, layout.parts * layout.heads * layout.head];
+    Ok(like(first, rows, shape))
+}
+
 /// Attention's causal softmax (`ops/softmax_op.rs`) of scores `x [rows, seq]`, or with
 /// `backward = Some(dp)` its gradient from the softmax output `x` = p: one kernel each. An odd
 /// `seq` (the kernels read pairs) takes the Burn-op reference.

@@ -84,8 +84,12 @@ impl<B: Backend> ScaleColumns<B> {
         use burn::tensor::TensorMetadata;
         let shape = self.scales.shape();
         let dtype = self.scales.dtype();
-        let last = self.first + count.saturating_sub(1) * self.stride;
-        if dtype != burn::tensor::DType::F32 || count == 0 || last >= shape.num_elements() {
+        let last = count
+            .checked_sub(1)
+            .and_then(|g| g.checked_mul(self.stride))
+            .and_then(|offset| offset.checked_add(self.first));
+        let holds = last.is_some_and(|last| last < shape.num_elements());
+        if dtype != burn::tensor::DType::F32 || !holds {
             return Err(LowpError::shape(
                 "scales",
                 format!(
@@ -542,6 +546,28 @@ pub trait LowpBackend: Backend {
         inverse: bool,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::rope_op::rope_reference::<Self>(x, freq, positions, inverse)
+    }
+
+    /// Attention's head split (`ops/attention_op.rs`): the parts of token rows `x [batch · seq,
+    /// parts · heads · head]` as `[batch · heads, seq, head]` tensors, the first
+    /// `layout.rope_parts` rotated with `freq` (Burn's `freq_complex`). The default runs Burn's
+    /// reshape, swap and narrow and `lowp_rope`; CubeCL backends one kernel (`kernels::heads`).
+    fn lowp_split_heads(
+        x: FloatTensor<Self>,
+        freq: Option<FloatTensor<Self>>,
+        layout: crate::ops::attention_op::HeadLayout,
+    ) -> Result<Vec<FloatTensor<Self>>> {
+        crate::ops::attention_op::split_heads_reference::<Self>(x, freq, layout)
+    }
+
+    /// `lowp_split_heads` transposed: the parts back into token rows, the first
+    /// `layout.rope_parts` through RoPE's gradient.
+    fn lowp_merge_heads(
+        parts: Vec<FloatTensor<Self>>,
+        freq: Option<FloatTensor<Self>>,
+        layout: crate::ops::attention_op::HeadLayout,
+    ) -> Result<FloatTensor<Self>> {
+        crate::ops::attention_op::merge_heads_reference::<Self>(parts, freq, layout)
     }
 
     /// Attention's causal softmax of `scale · x` for scores `x [rows, seq]`, whole `[seq, seq]`

@@ -239,22 +239,11 @@ impl<B: LowpLinear> CausalSelfAttention<B> {
         rope: &RotaryEncoding<B>,
         is_first_microbatch: Option<bool>,
     ) -> Result<Tensor<B, 2>, LowpError> {
-        let [tokens, hidden] = x.dims();
-        let heads = self.num_heads;
-        let head = hidden / heads;
-        let qkv = self
-            .qkv
-            .forward_microbatch(x, is_first_microbatch)?
-            .reshape([batch, seq, 3 * heads, head])
-            .swap_dims(1, 2); // [batch, 3 · heads, seq, head]
-        let q = fused::rope(rope, qkv.clone().narrow(1, 0, heads))?;
-        let k = fused::rope(rope, qkv.clone().narrow(1, heads, heads))?;
-        let v = qkv.narrow(1, 2 * heads, heads);
-        // Burn's matmuls around one causal-softmax kernel each way (Autodiff would run Burn's
-        // decomposed attention: about fifteen launches forward and their gradients backward).
-        let context = fused::causal_attention(q, k, v, None)?
-            .swap_dims(1, 2)
-            .reshape([tokens, hidden]);
+        let qkv = self.qkv.forward_microbatch(x, is_first_microbatch)?;
+        // One op: the heads split (q and k rotated) and merged by one kernel each way around
+        // the two batched products and one causal-softmax kernel (Burn's reshape, swap and
+        // narrow would copy each part and, in backward, add three QKV-sized gradients).
+        let context = fused::causal_self_attention(qkv, rope, [batch, seq], self.num_heads)?;
         self.proj.forward_microbatch(context, is_first_microbatch)
     }
 }

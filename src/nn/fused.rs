@@ -117,6 +117,38 @@ pub fn one_hot_embedding<B: LowpLinear>(
     Ok(matmul(one_hot, w, Transposes::default())?.reshape([batch, seq, hidden]))
 }
 
+/// Causal self-attention of a fused QKV projection's rows `qkv [batch · seq, 3 · hidden]`
+/// (columns q, k, v, each `heads` heads of `hidden / heads`) with `rope` on q and k, scale
+/// `1/sqrt(head)`: the output rows `[batch · seq, hidden]`. The same numbers as splitting the
+/// heads with Burn's reshape, swap and narrow, `rope` on q and k, `causal_attention` and merging
+/// the heads back (tested to equal it), in one differentiable op whose head split and merge are
+/// one kernel each way: Burn's version copies q, k, v and the output forward and, in backward,
+/// fills, assigns and adds three QKV-sized gradients (`ops/attention_op.rs`).
+pub fn causal_self_attention<B: LowpLinear>(
+    qkv: Tensor<B, 2>,
+    rope: &RotaryEncoding<B>,
+    [batch, seq]: [usize; 2],
+    heads: usize,
+) -> Result<Tensor<B, 2>> {
+    let [rows, cols] = qkv.dims();
+    if heads == 0 || cols % (3 * heads) != 0 || rows != batch * seq {
+        return Err(LowpError::shape(
+            "self-attention qkv",
+            format!("[{rows}, {cols}] for batch {batch}, seq {seq}, {heads} heads"),
+            "[batch · seq, 3 · heads · head] rows",
+        ));
+    }
+    let head = cols / (3 * heads);
+    let layout = crate::ops::attention_op::qkv_layout(batch, seq, heads, head);
+    let y = B::lowp_causal_self_attention(
+        qkv.into_primitive().tensor(),
+        rope.freq_complex.clone().into_primitive().tensor(),
+        layout,
+        (1.0 / (head as f64).sqrt()) as f32,
+    )?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
+}
+
 /// Causal self-attention of `q, k, v [batch, heads, seq, head]` as Burn's
 /// `module::attention(q, k, v, None, None, AttentionModuleOptions { is_causal: true, .. })`
 /// computes it for training (Autodiff runs Burn's decomposed fallback): `softmax(scale · q·kᵀ)

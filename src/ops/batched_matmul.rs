@@ -84,7 +84,7 @@ fn product<B: LowpBackend>(x: FloatTensor<B>, y: FloatTensor<B>, a: bool, b: boo
 }
 
 /// `dA` of `C = op(A) · op(B)` from B and dC, as the same product with other flags.
-fn grad_a<B: LowpBackend>(b: FloatTensor<B>, dc: FloatTensor<B>, t: Transposes) -> FloatTensor<B> {
+pub(crate) fn grad_a<B: LowpBackend>(b: FloatTensor<B>, dc: FloatTensor<B>, t: Transposes) -> FloatTensor<B> {
     match (t.a, t.b) {
         (false, false) => product::<B>(dc, b, false, true), // dC·Bᵀ
         (false, true) => product::<B>(dc, b, false, false), // dC·B
@@ -94,7 +94,7 @@ fn grad_a<B: LowpBackend>(b: FloatTensor<B>, dc: FloatTensor<B>, t: Transposes) 
 }
 
 /// `dB` of `C = op(A) · op(B)` from A and dC.
-fn grad_b<B: LowpBackend>(a: FloatTensor<B>, dc: FloatTensor<B>, t: Transposes) -> FloatTensor<B> {
+pub(crate) fn grad_b<B: LowpBackend>(a: FloatTensor<B>, dc: FloatTensor<B>, t: Transposes) -> FloatTensor<B> {
     match (t.a, t.b) {
         (false, false) => product::<B>(a, dc, true, false), // Aᵀ·dC
         (false, true) => product::<B>(dc, a, true, false),  // dCᵀ·A

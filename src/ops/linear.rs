@@ -301,6 +301,23 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
+    /// Causal self-attention of QKV rows with RoPE on q and k, one differentiable op whose head
+    /// split and merge are one kernel each way (`ops/attention_op.rs`).
+    fn lowp_causal_self_attention(
+        qkv: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        layout: super::attention_op::HeadLayout,
+        scale: f32,
+    ) -> Result<FloatTensor<Self>> {
+        let (y, _) = super::attention_op::causal_self_attention_rows::<Self::Quant>(
+            Self::to_quant(qkv),
+            Self::to_quant(freq),
+            layout,
+            scale,
+        )?;
+        Ok(Self::from_quant(y))
+    }
+
     /// Attention's causal softmax of `scale · x` for scores `x [rows, seq]` (whole `[seq, seq]`
     /// blocks of query rows), one pass each way (`ops/softmax_op.rs`).
     fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
@@ -792,6 +809,15 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
 
     fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
         super::softmax_op::causal_softmax_rows_autodiff::<B, C>(x, scale)
+    }
+
+    fn lowp_causal_self_attention(
+        qkv: FloatTensor<Self>,
+        freq: FloatTensor<Self>,
+        layout: super::attention_op::HeadLayout,
+        scale: f32,
+    ) -> Result<FloatTensor<Self>> {
+        super::attention_op::causal_self_attention_autodiff::<B, C>(qkv, freq, layout, scale)
     }
 
     fn lowp_batched_matmul(

@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod activation_op;
+pub mod attention_op;
 pub mod batched_matmul;
 pub mod grouped_linear;
 pub mod grouped_rows;

@@ -491,6 +491,83 @@ pub fn check_one_hot_embedding_against_burn<B: LowpBackend>(device: &B::Device, 
     );
 }
 
+/// `nn::fused::causal_self_attention` on `Autodiff<B>` against what it replaces, the MoE model's
+/// earlier attention: the QKV rows reshaped, swapped and narrowed into heads, `fused::rope` on q
+/// and k, `fused::causal_attention`, and the heads swapped back (values and the QKV gradient).
+/// Both run the same products, softmax and RoPE arithmetic (`kernels::rope::rotate_pair`), so
+/// they agree exactly; a signed zero may differ (Burn's narrow gradient adds into +0).
+pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::Device) {
+    type A<B> = Autodiff<B>;
+    let f32s = InputDtype::F32;
+    let (batch, seq, heads, head, max_seq) = (2, 12, 3, 8, 16);
+    let (tokens, hidden) = (batch * seq, heads * head);
+    let rope = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<A<B>>(device);
+    let matrix = |seed: u64, shape: [usize; 2]| {
+        Tensor::<A<B>, 2>::from_data(TensorData::new(values(shape[0] * shape[1], seed, 1.0, f32s), shape), device)
+    };
+    let read = |t: Tensor<B, 2>| t.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+    let qkv = matrix(51, [tokens, 3 * hidden]).require_grad();
+    let w = matrix(52, [tokens, hidden]);
+    let y = fused::causal_self_attention(qkv.clone(), &rope, [batch, seq], heads).unwrap();
+    let grads = (y.clone() * w.clone()).sum().backward();
+
+    let qkv_ref = qkv.clone().detach().require_grad();
+    let t = qkv_ref.clone().reshape([batch, seq, 3 * heads, head]).swap_dims(1, 2);
+    let q = fused::rope(&rope, t.clone().narrow(1, 0, heads)).unwrap();
+    let k = fused::rope(&rope, t.clone().narrow(1, heads, heads)).unwrap();
+    let v = t.narrow(1, 2 * heads, heads);
+    let y_ref = fused::causal_attention(q, k, v, None).unwrap().swap_dims(1, 2).reshape([tokens, hidden]);
+    let grads_ref = (y_ref.clone() * w).sum().backward();
+    assert_eq!(read(y.inner()), read(y_ref.inner()), "self-attention output");
+    let (dx, dx_ref) = (read(qkv.grad(&grads).unwrap()), read(qkv_ref.grad(&grads_ref).unwrap()));
+    assert_eq!(dx, dx_ref, "self-attention QKV gradient");
+    assert!(dx.iter().any(|&g| g != 0.0), "a gradient that is all zero proves nothing");
+    // Bad shapes are errors, not panics: rows that are not batch · seq, columns not 3 · heads.
+    assert!(fused::causal_self_attention(matrix(53, [tokens + 1, 3 * hidden]), &rope, [batch, seq], heads).is_err());
+    assert!(fused::causal_self_attention(matrix(54, [tokens, 3 * hidden]), &rope, [batch, seq], 5).is_err());
+    assert!(fused::causal_self_attention(matrix(55, [tokens, 3 * hidden]), &rope, [batch, max_seq + 1], heads).is_err());
+}
+
+/// The backend's head split and merge (`LowpBackend::lowp_split_heads` / `lowp_merge_heads`,
+/// one kernel each on CubeCL backends) against their Burn-op references (reshape, swap, narrow,
+/// `lowp_rope`, cat), bit for bit, for 1 to 3 parts with 0 to 2 rotated and every dtype given;
+/// a layout the tensors do not have, and rotated parts without frequencies, are errors.
+pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    use burn_lowp::ops::attention_op::{merge_heads_reference, split_heads_reference, HeadLayout};
+    let (batch, seq, heads, head, max_seq) = (2, 5, 3, 6, 8);
+    let rope = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<B>(device);
+    let freq = rope.freq_complex.clone().into_primitive().tensor();
+    let bits = |t: FloatTensor<B>| read_f32::<B>(t).into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    for &dtype in dtypes {
+        for (parts, rope_parts) in [(3, 2), (1, 0), (2, 1), (3, 0)] {
+            let layout = HeadLayout { batch, seq, heads, head, parts, rope_parts };
+            let what = format!("{dtype:?} {parts} parts, {rope_parts} rotated");
+            let cols = parts * heads * head;
+            let m = HostMatrix::new("rows", batch * seq, cols, dtype, values(batch * seq * cols, 61, 1.0, dtype)).unwrap();
+            let x = B::float_from_host(&m, device);
+            let f = (rope_parts > 0).then(|| freq.clone());
+            let got = B::lowp_split_heads(x.clone(), f.clone(), layout).unwrap();
+            let want = split_heads_reference::<B>(x, f.clone(), layout).unwrap();
+            assert_eq!(got.len(), parts, "{what}");
+            for (p, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(burn::tensor::TensorMetadata::shape(a).as_slice(), [batch * heads, seq, head], "{what}: part {p}'s shape");
+                assert_eq!(bits(a.clone()), bits(b.clone()), "{what}: split part {p}");
+            }
+            let merged = B::lowp_merge_heads(got, f.clone(), layout).unwrap();
+            let merged_ref = merge_heads_reference::<B>(want, f, layout).unwrap();
+            assert_eq!(bits(merged), bits(merged_ref), "{what}: merge");
+        }
+    }
+    // Errors, not panics: rows of another width, rotated parts without the table, 4 parts.
+    let layout = HeadLayout { batch, seq, heads, head, parts: 3, rope_parts: 2 };
+    let m = HostMatrix::new("rows", batch * seq, 3 * heads * head + 2, InputDtype::F32, vec![0.5; batch * seq * (3 * heads * head + 2)]).unwrap();
+    assert!(B::lowp_split_heads(B::float_from_host(&m, device), Some(freq.clone()), layout).is_err());
+    let m = HostMatrix::new("rows", batch * seq, 3 * heads * head, InputDtype::F32, vec![0.5; batch * seq * 3 * heads * head]).unwrap();
+    assert!(B::lowp_split_heads(B::float_from_host(&m, device), None, layout).is_err());
+    let four = HeadLayout { parts: 4, ..layout };
+    assert!(B::lowp_split_heads(B::float_from_host(&m, device), Some(freq), four).is_err());
+}
+
 macro_rules! fused_suite {
     ($backend:ty, $device:expr, $dtypes:expr, $exact:expr) => {
         mod fused {
@@ -523,6 +600,20 @@ macro_rules! fused_suite {
             fn fused_causal_attention_matches_burn_attention_with_gradients() {
                 if let Some(d) = $device {
                     crate::fused::check_causal_attention_against_burn::<$backend>(&d, &$dtypes, $exact);
+                }
+            }
+
+            #[test]
+            fn fused_self_attention_equals_split_rope_attention_merge() {
+                if let Some(d) = $device {
+                    crate::fused::check_causal_self_attention_against_unfused::<$backend>(&d);
+                }
+            }
+
+            #[test]
+            fn head_split_and_merge_match_their_burn_op_twins() {
+                if let Some(d) = $device {
+                    crate::fused::check_heads_against_reference::<$backend>(&d, &$dtypes);
                 }
             }
 

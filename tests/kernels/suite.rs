@@ -323,6 +323,13 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
         .unwrap_err()
         .to_string();
     assert!(err.contains("scales") && err.contains("for 2 groups"), "{err}");
+    // A stride whose columns overflow the index range is the same error, not a panic.
+    let huge = ScaleColumns { stride: usize::MAX, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
+    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, huge, &device_groups,
+        Usage::BOTH, GroupScaling::PerGroup, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("scales"), "{err}");
 }
 
 /// Delayed-scaling scales as a module's state holds them: `scales[g]` at column `first + g *
