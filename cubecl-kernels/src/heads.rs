@@ -24,18 +24,28 @@ use cubecl::server::Handle;
 /// Units per cube.
 pub const HEADS_UNITS: usize = 256;
 
-/// The element index in token rows of pair `r` (element `2r` of its part's `[batch · heads, seq,
-/// head]` layout) of part `p`, and the pair's sequence position.
+/// Where unit `pair` of a split or merge works: its part p, its pair r within the part
+/// (elements `2r, 2r + 1` of the part's `[batch · heads, seq, head]` layout), the pair's element
+/// index in the token rows, and its frequency entry (sequence position s: `freq[s, 2·(r % half)]`).
 #[cube]
-fn row_index(r: usize, p: usize, parts: usize, heads: usize, seq: usize, half: usize) -> (usize, usize) {
+fn place(
+    pair: usize,
+    pairs_per_part: usize,
+    parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+) -> (usize, usize, usize, usize) {
+    let p = pair / pairs_per_part;
+    let r = pair % pairs_per_part;
     let d2 = r % half;
     let t = r / half;
     let s = t % seq;
     let bh = t / seq;
     let h = bh % heads;
     let b = bh / heads;
-    let index = (((b * seq + s) * parts + p) * heads + h) * half + d2;
-    (index * 2, s)
+    let row = ((((b * seq + s) * parts + p) * heads + h) * half + d2) * 2;
+    (p, r, row, (s * half + d2) * 4)
 }
 
 /// Moves the pair at element `from` of `input` to element `to` of `out`, rotated when `rotate`.
@@ -87,10 +97,7 @@ pub fn split_heads_kernel(
 ) {
     let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
     if pair < pairs_per_part * parts {
-        let p = pair / pairs_per_part;
-        let r = pair % pairs_per_part;
-        let (from, s) = row_index(r, p, parts, heads, seq, half);
-        let f = (s * half * 2 + (r % half) * 2) * 2;
+        let (p, r, from, f) = place(pair, pairs_per_part, parts, heads, seq, half);
         let rotate = p < rope_parts;
         if p == 0 {
             move_pair(x, from, out0, 2 * r, rotate, freq, f, kind, false);
@@ -120,10 +127,7 @@ pub fn merge_heads_kernel(
 ) {
     let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
     if pair < pairs_per_part * parts {
-        let p = pair / pairs_per_part;
-        let r = pair % pairs_per_part;
-        let (to, s) = row_index(r, p, parts, heads, seq, half);
-        let f = (s * half * 2 + (r % half) * 2) * 2;
+        let (p, r, to, f) = place(pair, pairs_per_part, parts, heads, seq, half);
         let rotate = p < rope_parts;
         if p == 0 {
             move_pair(in0, 2 * r, out, to, rotate, freq, f, kind, true);
@@ -172,6 +176,15 @@ impl HeadLayout {
         self.pairs_per_part() * 2 * kind.bytes()
     }
 
+    /// The frequency table's argument, or a buffer of its own where no part rotates (wgpu
+    /// rejects a buffer bound both read-only and writable in one dispatch).
+    fn freq_arg<R: Runtime>(&self, client: &ComputeClient<R>, freq: Option<(&Handle, usize)>) -> ArrayArg<R> {
+        match freq {
+            Some((handle, rows)) => arg(handle, rows * self.head * 2),
+            None => arg(&client.empty(4), 1),
+        }
+    }
+
     fn cubes<R: Runtime>(&self, client: &ComputeClient<R>) -> CubeCount {
         let units = self.pairs_per_part() * self.parts;
         cubecl::server::CubeCountSelection::new(client, units.div_ceil(HEADS_UNITS).max(1) as u32).cube_count()
@@ -191,16 +204,12 @@ pub fn split_heads<R: Runtime>(
     layout.check(freq.map(|(_, rows)| rows))?;
     let part_words = layout.part_bytes(kind).div_ceil(4);
     let outs: Vec<Handle> = (0..layout.parts).map(|_| client.empty(part_words * 4)).collect();
-    // Parts past `parts` and an absent frequency table bind buffers of their own (wgpu rejects a
-    // buffer bound both read-only and writable in one dispatch).
+    // Parts past `parts` bind buffers of their own.
     let out = |p: usize| match outs.get(p) {
         Some(h) => arg(h, part_words),
         None => arg(&client.empty(4), 1),
     };
-    let freq_arg = match freq {
-        Some((handle, rows)) => arg(handle, rows * layout.head * 2),
-        None => arg(&client.empty(4), 1),
-    };
+    let freq_arg = layout.freq_arg(client, freq);
     unsafe {
         split_heads_kernel::launch_unchecked::<R>(
             client,
@@ -245,10 +254,7 @@ pub fn merge_heads<R: Runtime>(
         Some(h) => arg(h, part_words),
         None => arg(&client.empty(4), 1),
     };
-    let freq_arg = match freq {
-        Some((handle, rows)) => arg(handle, rows * layout.head * 2),
-        None => arg(&client.empty(4), 1),
-    };
+    let freq_arg = layout.freq_arg(client, freq);
     unsafe {
         merge_heads_kernel::launch_unchecked::<R>(
             client,
