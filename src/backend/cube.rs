@@ -538,42 +538,25 @@ fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     Ok(wrap(&client, &device, out, format, (rows, cols), swizzled, 1))
 }
 
-/// The history row a delayed cast records into (`AmaxHistoryColumns`), checked: an f32
-/// `[len, width]` tensor whose row 0 the cast writes where it lies (columns one word apart; the
-/// rows may be pitched, as CubeCL lays out `zeros([1024, 3])`), so that the writes land in the
-/// module's tensor and not in a copy, holding the `count` columns `first + g * stride`.
-struct HistoryTarget<R: CubeRuntime> {
-    history: CubeTensor<R>,
+/// Columns `first + g * stride` of a module's delayed-scaling state that a cast reads (the
+/// scales) or writes (row 0 of the amax history) in place, checked, held as a tensor that
+/// outlives the launch.
+struct StateTarget<R: CubeRuntime> {
+    tensor: CubeTensor<R>,
     first: usize,
     stride: usize,
 }
 
-impl<R: CubeRuntime> HistoryTarget<R> {
-    fn kernel_arg(&self) -> kernels::StateColumns<'_> {
-        kernels::StateColumns {
-            buffer: &self.history.handle,
-            first: self.first,
-            stride: self.stride,
-        }
-    }
-}
-
-/// The scales a delayed cast reads by index (`ScaleColumns`), checked, as a contiguous tensor
-/// that outlives the launch (the module's scale state already is one: no copy).
-struct ScaleSource<R: CubeRuntime> {
-    scales: CubeTensor<R>,
-    first: usize,
-    stride: usize,
-}
-
-impl<R: CubeRuntime> ScaleSource<R> {
-    fn new<F: FloatElement, I: IntElement, BT: BoolElement>(
+impl<R: CubeRuntime> StateTarget<R> {
+    /// The scales of `ScaleColumns`, checked, as a contiguous tensor (the module's scale state
+    /// already is one: no copy).
+    fn scales<F: FloatElement, I: IntElement, BT: BoolElement>(
         columns: super::ScaleColumns<CubeBackend<R, F, I, BT>>,
         count: usize,
     ) -> Result<Self> {
         columns.indices(count)?;
-        Ok(ScaleSource {
-            scales: into_contiguous(columns.scales),
+        Ok(StateTarget {
+            tensor: into_contiguous(columns.scales),
             first: columns.first,
             stride: columns.stride,
         })
@@ -581,25 +564,29 @@ impl<R: CubeRuntime> ScaleSource<R> {
 
     fn kernel_arg(&self) -> kernels::StateColumns<'_> {
         kernels::StateColumns {
-            buffer: &self.scales.handle,
+            buffer: &self.tensor.handle,
             first: self.first,
             stride: self.stride,
         }
     }
 }
 
+/// The history row a delayed cast records into (`AmaxHistoryColumns`), checked: an f32
+/// `[len, width]` tensor whose row 0 the cast writes where it lies (columns one word apart; the
+/// rows may be pitched, as CubeCL lays out `zeros([1024, 3])`), so that the writes land in the
+/// module's tensor and not in a copy, holding the `count` columns `first + g * stride`.
 fn history_row<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     record: Option<super::AmaxHistoryColumns<CubeBackend<R, F, I, BT>>>,
     count: usize,
-) -> Result<Option<HistoryTarget<R>>> {
+) -> Result<Option<StateTarget<R>>> {
     let Some(record) = record else {
         return Ok(None);
     };
     let history = record.history;
     let dims = history.shape().as_slice().to_vec();
     let strides = history.meta.strides().to_vec();
-    let last = record.first + count.saturating_sub(1) * record.stride;
-    let fits = dims.len() == 2 && count > 0 && last < dims[1];
+    let last = super::last_column(record.first, record.stride, count);
+    let fits = dims.len() == 2 && last.is_some_and(|last| last < dims[1]);
     let row_in_place = strides.len() == 2 && strides[1] == 1 && strides[0] >= dims[1];
     if history.dtype != DType::F32 || !row_in_place || !fits {
         return Err(LowpError::shape(
@@ -611,8 +598,8 @@ fn history_row<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
             "an f32 [len, slots] history with unit column stride holding every recorded column",
         ));
     }
-    Ok(Some(HistoryTarget {
-        history,
+    Ok(Some(StateTarget {
+        tensor: history,
         first: record.first,
         stride: record.stride,
     }))
@@ -681,7 +668,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let format = QuantFormat::Fp8Tensor { fp8 };
         let history = history_row(record, 1)?;
         check_shape("input", rows, cols, &format)?;
-        let scale = ScaleSource::new(scale, 1)?;
+        let scale = StateTarget::scales(scale, 1)?;
         let kind = elem_kind(x.dtype, "input")?;
         let x = prepare(x);
         let client = x.client.clone();
@@ -1162,7 +1149,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         check_shape("input", rows, cols, &format)?;
         check_grouped_rows(rows, groups)?;
         let history = history_row(record, groups.count)?;
-        let scales = ScaleSource::new(scales, groups.count)?;
+        let scales = StateTarget::scales(scales, groups.count)?;
         let kind = elem_kind(x.dtype, "input")?;
         let shared = scaling == GroupScaling::Shared;
         let x = prepare(x);
@@ -1247,7 +1234,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         };
         let delayed_scales = match &scaling {
             super::GroupedFp8Scaling::Delayed { scales, .. } => {
-                Some(ScaleSource::new(scales.clone(), count)?)
+                Some(StateTarget::scales(scales.clone(), count)?)
             }
             _ => None,
         };

@@ -61,6 +61,12 @@ pub struct AmaxHistoryColumns<B: Backend> {
     pub stride: usize,
 }
 
+/// The last of `count` state columns `first + g * stride` (scales or history), or `None` for no
+/// columns or an index past `usize`: one rule for every check of a cast's state columns.
+pub(crate) fn last_column(first: usize, stride: usize, count: usize) -> Option<usize> {
+    count.checked_sub(1)?.checked_mul(stride)?.checked_add(first)
+}
+
 /// The delayed-scaling scales a cast reads from a module's state `scales` (f32): group g's
 /// (a plain tensor's: g = 0) is element `first + g * stride`. CubeBackend's cast reads it there
 /// by index (a Burn slice at an unaligned offset, or a gather of the experts' scales, would be a
@@ -84,11 +90,7 @@ impl<B: Backend> ScaleColumns<B> {
         use burn::tensor::TensorMetadata;
         let shape = self.scales.shape();
         let dtype = self.scales.dtype();
-        let last = count
-            .checked_sub(1)
-            .and_then(|g| g.checked_mul(self.stride))
-            .and_then(|offset| offset.checked_add(self.first));
-        let holds = last.is_some_and(|last| last < shape.num_elements());
+        let holds = last_column(self.first, self.stride, count).is_some_and(|last| last < shape.num_elements());
         if dtype != burn::tensor::DType::F32 || !holds {
             return Err(LowpError::shape(
                 "scales",

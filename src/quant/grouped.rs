@@ -17,7 +17,8 @@ use crate::quant::spec::{ColumnwiseSource, QuantizerSpec};
 use crate::quant::QuantizedTensor;
 
 /// Quantizes the grouped matrix `x` with `spec` (group g's stochastic rounding seeded
-/// `seed + g`); `delayed` gives a delayed request's per-group scales (`[groups]` f32), format and history columns;
+/// `seed + g`); `delayed` gives a delayed request's scale columns (one per group), format and
+/// history columns;
 /// `scaling` says whether FP8 per-tensor groups share one scale.
 pub fn quantize_grouped<B: LowpBackend>(
     x: FloatTensor<B>,

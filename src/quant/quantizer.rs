@@ -15,7 +15,7 @@ use crate::quant::{DelayedCast, QuantizedTensor, Storage};
 pub struct QuantizeCall<B: LowpBackend> {
     /// Seed of this call's stochastic rounding (NVFP4 SR); vary it between calls.
     pub seed: u64,
-    /// For a delayed-scaling slot: its one-element scale, element format and history column.
+    /// For a delayed-scaling slot: its scale column, element format and history column.
     pub delayed: Option<DelayedCast<B>>,
 }
 
