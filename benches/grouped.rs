@@ -25,7 +25,9 @@
 //!   has arrived (the default); and `_padded_copy`: the token rows padded into the aligned
 //!   layout by a row gather before `forward_aligned` (the module's path before its FP8 cast read
 //!   the packed rows through the layout's row map).
-//! Timing as `benches/gemm.rs` (best of three runs between device synchronizations).
+//! Timing as `benches/gemm.rs` (best of three runs between device synchronizations); with
+//! `LOWP_BENCH_TURNS=1` each run waits for its PyTorch peer's run of the same case
+//! (`benches/peer/turns.py` drives both: `timing::time_in_turns`).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
 #[path = "common/cases.rs"]
@@ -33,7 +35,7 @@ mod cases;
 #[path = "common/timing.rs"]
 mod timing;
 use cases::{recipe, selected};
-use timing::{sync, time};
+use timing::{sync, time_in_turns};
 
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
@@ -232,7 +234,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     }
                     let before = host_syncs();
                     let iterations = (2e14 / flops).clamp(5.0, 100.0) as usize;
-                    let seconds = time(client, iterations, 3, || {
+                    let seconds = time_in_turns(client, &line, iterations, 3, || {
                         let _ = B::lowp_grouped_gemm(kind, a, b, options()).expect("grouped gemm");
                     });
                     let syncs = host_syncs().since(&before);
@@ -321,7 +323,7 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                 "tokens": tokens, "in": features, "out": features, "dist": dist, "splits": splits,
             });
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let seconds = time(client, 10, 3, step);
+                let seconds = time_in_turns(client, &line, 10, 3, step);
                 sync(client);
                 let before = host_syncs();
                 let steps = 10;

@@ -6,20 +6,26 @@ prints one `compare` line per case: our TFLOP/s (or step time) over PyTorch's.
   dW[E,N,K] = dY^T . X per expert, BF16 output, device offsets (no host read):
   bf16 -> torch._grouped_mm (CUTLASS SM90); fp8_tensor -> torch._scaled_grouped_mm (E4M3 x E4M3,
   rowwise scales, fast accumulation: PyTorch has no per-tensor grouped FP8 GEMM on Hopper; rowwise
-  is the closest and at least as capable). FP8 block (1x128 x 128x128) has no grouped PyTorch
+  is the closest and at least as capable); fp8_tensor_split_acc -> the same without fast
+  accumulation (our split accumulator's numerics). FP8 block (1x128 x 128x128) has no grouped PyTorch
   GEMM on Hopper: its ratio is taken against torch's BF16 _grouped_mm.
 * grouped_linear_step: the BF16 grouped linear forward + backward in PyTorch: fprop, dgrad and
   wgrad with torch._grouped_mm, plus the bias add and its gradient, on the same splits.
 
     python3 benches/grouped_torch.py [--ours grouped.jsonl]
+    python3 benches/grouped_torch.py --turns target/release/deps/grouped-HASH   # both, in turns
+
+With --turns the bench and the peer alternate run by run on each case (benches/turns.py says why).
 """
 import argparse
 import json
 import math
+import time
 
 import torch
 
 from torch_timing import timed
+from turns import counted, run_in_turns
 
 FP8 = torch.float8_e4m3fn
 
@@ -91,6 +97,17 @@ def gemm_cases(experts, tokens, k, n, splits):
     cases[("fp8_tensor", "wgrad")] = lambda: torch._scaled_grouped_mm(
         dytq, xtq.t(), ones(experts * n), ones(experts * k), offs=offs,
         out_dtype=torch.bfloat16, use_fast_accum=True)
+    # The same GEMMs with FP32 promotion of the partial sums (`use_fast_accum=False`), the
+    # numerics of our split accumulator (TE's default for dgrad and wgrad).
+    cases[("fp8_tensor_split_acc", "fprop")] = lambda: torch._scaled_grouped_mm(
+        xq, wq.transpose(-2, -1), ones(tokens), ones(experts, n), offs=offs,
+        out_dtype=torch.bfloat16, use_fast_accum=False)
+    cases[("fp8_tensor_split_acc", "dgrad")] = lambda: torch._scaled_grouped_mm(
+        dyq, wtq.transpose(-2, -1), ones(tokens), ones(experts, k), offs=offs,
+        out_dtype=torch.bfloat16, use_fast_accum=False)
+    cases[("fp8_tensor_split_acc", "wgrad")] = lambda: torch._scaled_grouped_mm(
+        dytq, xtq.t(), ones(experts * n), ones(experts * k), offs=offs,
+        out_dtype=torch.bfloat16, use_fast_accum=False)
     return cases
 
 
@@ -115,12 +132,110 @@ def step_case(experts, tokens, features, splits):
     return step
 
 
+def gemm_iterations(flops):
+    return int(min(max(2e14 / flops, 5), 100))
+
+
+class Peers:
+    """The PyTorch side of each case of benches/grouped.rs, built on first use and kept while
+    the cases of one shape and split run (one shape's operands at a time)."""
+
+    def __init__(self):
+        self.shape = None
+        self.cases = {}
+        self.warm = set()
+
+    def peer(self, case):
+        """(callable, iterations, format name) for one of our cases, or None where PyTorch has
+        no peer. FP8 per-tensor cases get the peer with their accumulation (fast or FP32
+        promotion); FP8 block ones get BF16 (no grouped block-scaled GEMM on Hopper)."""
+        if case["bench"] == "grouped_linear_step":
+            key = ("step", case["dist"])
+            if self.shape != "step":
+                self.cases, self.warm, self.shape = {}, set(), "step"
+                torch.cuda.empty_cache()
+            if key not in self.cases:
+                self.cases[key] = step_case(case["experts"], case["tokens"], case["in"], case["splits"])
+            return self.cases[key], 10, "bf16 step"
+        shape = (case["experts"], case["tokens"], case["k"], case["n"], case["dist"])
+        if shape != self.shape:
+            self.cases, self.warm, self.shape = {}, set(), shape
+            torch.cuda.empty_cache()
+            self.cases = gemm_cases(*shape[:4], case["splits"])
+        fmt = {"fp8_block": "bf16", "fp8_tensor_shared": "fp8_tensor"}.get(case["format"], case["format"])
+        if fmt == "fp8_tensor" and case.get("accumulation") == "split":
+            fmt = "fp8_tensor_split_acc"
+        if fmt.startswith("fp8") and case["gemm"] == "wgrad" and any(s % 16 for s in case["splits"]):
+            return None  # the FP8 ragged-K mode's device assert (see below)
+        fn = self.cases.get((fmt, case["gemm"]))
+        flops = 2.0 * case["tokens"] * case["k"] * case["n"]
+        return (fn, gemm_iterations(flops), fmt) if fn else None
+
+    def run(self, case):
+        """Seconds per call of one timed run of the case's peer (after a warm-up on first use)."""
+        found = self.peer(case)
+        if found is None:
+            return None, None
+        fn, iterations, fmt = found
+        if id(fn) not in self.warm:
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            self.warm.add(id(fn))
+        start = time.perf_counter()
+        for _ in range(iterations):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / iterations, fmt
+
+
+def turns(binary):
+    """Runs benches/grouped.rs (`binary`) and its PyTorch peer in turns (`benches/turns.py`): before
+    each of our timed runs the peer times one run of the same case. Prints our lines, then one
+    `compare` line per case: our best counted run against the peer's."""
+    peers = Peers()
+    peer = {"runs": [], "format": None}
+
+    def time_peer(case, run):
+        try:
+            seconds, peer["format"] = peers.run(case)
+        except Exception as e:  # an unsupported mode reports itself and the case goes on
+            seconds, peer["format"] = None, repr(e)[:200]
+        if seconds is not None and counted(run):
+            peer["runs"].append(seconds)
+
+    print(json.dumps({"bench": "torch_env", "torch": torch.__version__,
+                      "gpu": torch.cuda.get_device_name(), "mode": "turns"}), flush=True)
+    failed = False
+    for o in run_in_turns([binary, "--bench"], time_peer):
+        print(o if isinstance(o, str) else json.dumps(o), flush=True)
+        if isinstance(o, str):
+            continue
+        failed |= "error" in o and o.get("bench") == "turns"
+        if "time_us" in o and peer["runs"]:
+            best = min(peer["runs"])
+            print(json.dumps({
+                "bench": "compare", "mode": "turns", "case": o["bench"], "format": o.get("format"),
+                "recipe": o.get("recipe"), "gemm": o.get("gemm"), "peer": f"torch {peer['format']}",
+                "shape": [o["experts"], o["tokens"], o.get("k", o.get("in")), o.get("n", o.get("out"))],
+                "dist": o["dist"], "path": o.get("path"), "batch": o.get("batch"),
+                "accumulation": o.get("accumulation"), "ours_us": o["time_us"],
+                "torch_us": round(best * 1e6, 1), "torch_runs_us": [round(t * 1e6, 1) for t in peer["runs"]],
+                "ratio": round(best / (o["time_us"] * 1e-6), 3)}), flush=True)
+        peer["runs"] = []
+    return 1 if failed else 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ours", help="JSON lines from benches/grouped.rs")
+    parser.add_argument("--turns", metavar="BENCH",
+                        help="run this benches/grouped.rs binary and the peer in turns (see `turns`)")
     parser.add_argument("--steps-only", action="store_true",
                         help="only the GroupedLinear step (no grouped GEMM cases)")
     args = parser.parse_args()
+    if args.turns:
+        raise SystemExit(turns(args.turns))
     ours = []
     if args.ours:
         with open(args.ours) as f:
@@ -180,12 +295,18 @@ def main():
             peer_format = {"fp8_block": "bf16", "fp8_tensor_shared": "fp8_tensor"}.get(o["format"], o["format"])
             key = (peer_format, o["gemm"], o["experts"], o["tokens"], o["k"], o["n"], o["dist"])
             if key in torch_results:
-                print(json.dumps({"bench": "compare", "case": "grouped_gemm", "format": o["format"],
-                                  "peer": f"torch {peer_format}", "gemm": o["gemm"],
-                                  "shape": [o["experts"], o["tokens"], o["k"], o["n"]], "dist": o["dist"],
-                                  "path": o["path"], "batch": o.get("batch"), "accumulation": o.get("accumulation"),
-                                  "ours_tflops": o["tflops"], "torch_tflops": torch_results[key],
-                                  "ratio": round(o["tflops"] / torch_results[key], 3)}))
+                line = {"bench": "compare", "case": "grouped_gemm", "format": o["format"],
+                        "peer": f"torch {peer_format}", "gemm": o["gemm"],
+                        "shape": [o["experts"], o["tokens"], o["k"], o["n"]], "dist": o["dist"],
+                        "path": o["path"], "batch": o.get("batch"), "accumulation": o.get("accumulation"),
+                        "ours_tflops": o["tflops"], "torch_tflops": torch_results[key],
+                        "ratio": round(o["tflops"] / torch_results[key], 3)}
+                # Our split accumulator against PyTorch's (the same numerics), where it has one.
+                same = ("fp8_tensor_split_acc",) + key[1:]
+                if o.get("accumulation") == "split" and same in torch_results:
+                    line["torch_split_acc_tflops"] = torch_results[same]
+                    line["ratio_split_acc"] = round(o["tflops"] / torch_results[same], 3)
+                print(json.dumps(line))
         elif o["bench"] == "grouped_linear_step" and o["dist"] in step_results:
             print(json.dumps({"bench": "compare", "case": "grouped_linear_step", "recipe": o["recipe"],
                               "dist": o["dist"], "ours_us": o["time_us"],

@@ -10,14 +10,16 @@
 //! * `mlp_pass`: each norm / activation pass alone on the same shapes (forward with the fused
 //!   amax, backward with amax and dbias), to say how much of a step they take.
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
-//! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
+//! three runs; the steps of one activation in rounds (one run of each recipe per round, after a
+//! round that heats the GPU: `timing::time_rounds`), and with `LOWP_BENCH_TURNS=1` PyTorch's
+//! step runs before each round (`benches/layernorm_mlp_torch.py --turns`). `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
 #[path = "common/cases.rs"]
 mod cases;
 #[path = "common/timing.rs"]
 mod timing;
 use cases::{fp8_encoder_from_env, recipe, selected};
-use timing::time;
+use timing::{time, time_rounds};
 
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
@@ -134,6 +136,10 @@ fn main() {
             );
         }
 
+        // Every recipe's module first, warmed up (a failing recipe reports itself and the others
+        // still run); then the steps are timed in rounds, one run of each recipe per round
+        // (`time_rounds`), so that the recipes compared meet the GPU in the same state.
+        let mut modules = Vec::new();
         for name in [
             "bf16",
             "current_scaling",
@@ -150,24 +156,26 @@ fn main() {
                 .with_name("mlp".into())
                 .init::<AD>(&recipe(&format!("{name}.json")), &device)
                 .expect("layernorm_mlp");
-            let step = || {
-                let (y, _) = module.forward(x.clone()).expect("forward");
-                let grads = y.backward();
-                let _ = module.fc1_weight.grad(&grads);
-                module.end_step().unwrap();
-            };
-            // A failing recipe reports itself and the others still run.
-            let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                time(&client, 10, 3, step)
-            })) {
-                Ok(seconds) => seconds,
-                Err(_) => {
-                    println!(
-                        "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"error\":\"panicked\"}}"
-                    );
-                    continue;
+            let warm = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for _ in 0..3 {
+                    mlp_step(&module, &x);
                 }
-            };
+            }));
+            match warm {
+                Ok(()) => modules.push((name, module)),
+                Err(_) => println!(
+                    "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"error\":\"panicked\"}}"
+                ),
+            }
+        }
+        let mut steps: Vec<Box<dyn FnMut() + '_>> = modules
+            .iter()
+            .map(|(_, module)| Box::new(|| mlp_step(module, &x)) as Box<dyn FnMut() + '_>)
+            .collect();
+        let peer_case = serde_json::json!({ "bench": "mlp_step", "activation": act.to_string() });
+        let seconds = time_rounds(&client, &peer_case, 10, 3, &mut steps);
+        drop(steps);
+        for ((name, _), seconds) in modules.iter().zip(seconds) {
             let flops = 3.0 * 2.0 * (tokens * hidden * (width + ffn)) as f64;
             println!(
                 "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"encoder\":\"{encoder}\",\"tokens\":{tokens},\"hidden\":{hidden},\"ffn\":{ffn},\"time_us\":{:.1},\"tflops\":{:.1}}}",
@@ -176,4 +184,12 @@ fn main() {
             );
         }
     }
+}
+
+/// One training step of the block: forward, backward (input and every parameter), end of step.
+fn mlp_step(module: &burn_lowp::nn::LayerNormMlp<AD>, x: &Tensor<AD, 2>) {
+    let (y, _) = module.forward(x.clone()).expect("forward");
+    let grads = y.backward();
+    let _ = module.fc1_weight.grad(&grads);
+    module.end_step().unwrap();
 }
