@@ -50,6 +50,9 @@ pub struct ActivationConfig {
     pub clamped_gate: bool,
     /// Record the amax of the stored output (atomic max into `amax_out[0]`).
     pub amax: bool,
+    /// Forward: write the output. Without it the kernel only takes the amax, for an FP8 cast
+    /// that applies the activation itself (`fp8::Fp8Prologue`).
+    pub store: bool,
     /// Backward: write bias-gradient partials.
     pub dbias: bool,
 }
@@ -118,7 +121,7 @@ pub fn act_derivative(x: f32, alpha: f32, limit: f32, #[comptime] act: ActFn) ->
 
 /// The gate factor of a gated activation.
 #[cube]
-fn gate_value(g: f32, limit: f32, offset: f32, #[comptime] clamped: bool) -> f32 {
+pub fn gate_value(g: f32, limit: f32, offset: f32, #[comptime] clamped: bool) -> f32 {
     if comptime![clamped] {
         let low = select(g > -limit, g, -limit);
         select(low < limit, low, limit) + offset
@@ -174,7 +177,9 @@ pub fn activation_forward_kernel(
                 ya *= gate_value(ga, limit, offset, config.clamped_gate);
                 yb *= gate_value(gb, limit, offset, config.clamped_gate);
             }
-            store_pair(out, row * cols + col, ya, yb, config.kind);
+            if comptime![config.store] {
+                store_pair(out, row * cols + col, ya, yb, config.kind);
+            }
             if comptime![config.amax] {
                 local_amax = fold_amax(local_amax, ya, yb, config.kind);
             }
@@ -320,6 +325,42 @@ pub fn activation_forward<R: Runtime>(
         )
     };
     Ok((out, config.amax.then_some(amax)))
+}
+
+/// The amax of the activation's output `[rows, F]` as it would be stored (h's dtype), f32 bits,
+/// without writing the output: the first pass of an FP8 current-scaling cast with the
+/// activation as its prologue (`quantize_fp8_tensor_activated`).
+pub fn activation_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: WordMatrix,
+    params: ActivationParams,
+    config: ActivationConfig,
+) -> Result<Handle, KernelError> {
+    require_pairs(&h, "activation input")?;
+    let cols = require_width(&h, config.gated)?;
+    let amax = filled(client, 1, 0);
+    let unused = client.empty(16);
+    unsafe {
+        activation_forward_kernel::launch_unchecked::<R>(
+            client,
+            act_grid(h.rows, cols),
+            CubeDim::new_1d(ACT_UNITS as u32),
+            h.arg(),
+            arg(&unused, 4),
+            arg(&amax, 1),
+            h.rows,
+            cols,
+            params.alpha,
+            params.limit,
+            params.offset,
+            ActivationConfig {
+                amax: true,
+                store: false,
+                ..config
+            },
+        )
+    };
+    Ok(amax)
 }
 
 /// What the activation backward writes.

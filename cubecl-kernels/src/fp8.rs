@@ -8,12 +8,19 @@
 //! one contiguous 32-byte run of the transposed output; rowwise only, strip first, so a warp reads
 //! and writes along rows.
 //!
+//! With a prologue (`Fp8Prologue`) the cast reads a LayerNormMLP's fc1 output `h` and quantizes
+//! the activation `act(h)` (gated: `act(h[:, :F]) · gate(h[:, F:])`) in the same pass, each value
+//! rounded to h's dtype first as `activation_forward` stores it: the codes of the activation kernel
+//! followed by the cast, without the activation's output in memory.
+//!
 //! Grouped (MoE) mode gives each group of rows its own scale and its own transposed columnwise
 //! block, exactly as quantizing each group's slice on its own would; with a shared scale every
 //! group takes one scale (the largest group amax's, or the smallest delayed scale), folded by
 //! every cube from the per-group sources in the same launch.
 
+use crate::activation::{act_value, gate_value, ActFn};
 use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
+use crate::pairs::round_to;
 use crate::group_layout::find_group;
 use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
@@ -54,6 +61,18 @@ pub struct Fp8CastConfig {
     /// aligned layout's row map, so the padded copy is never written. Otherwise row r is row r.
     pub gathered: bool,
     pub encoder: Fp8Encoder,
+    /// The activation applied to what is read (ungrouped, not gathered): the input is `h`, with
+    /// twice the output's columns when gated.
+    pub prologue: Option<Fp8Prologue>,
+}
+
+/// The activation an FP8 cast applies to its input (see the module's docs); `alpha`, `limit` and
+/// `offset` are the kernel's runtime arguments, as `activation_forward_kernel`'s.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Fp8Prologue {
+    pub act: ActFn,
+    pub gated: bool,
+    pub clamped_gate: bool,
 }
 
 /// Quantizes a tile of 32 rows x 256 columns. A grouped tile lies in one group (groups are
@@ -78,6 +97,9 @@ pub fn fp8_cast_kernel<N: Size>(
     scale_stride: usize,
     history_first: usize,
     history_stride: usize,
+    alpha: f32,
+    limit: f32,
+    offset: f32,
     #[comptime] config: Fp8CastConfig,
 ) {
     let unit = UNIT_POS as usize;
@@ -147,7 +169,7 @@ pub fn fp8_cast_kernel<N: Size>(
                         values[i * 8 + j] = 0.0f32;
                     }
                 }
-            } else {
+            } else if comptime![config.prologue.is_none()] {
                 load_chunk::<N>(
                     input,
                     (row0 + i) * cols + col0,
@@ -156,6 +178,20 @@ pub fn fp8_cast_kernel<N: Size>(
                     config.kind,
                 );
             }
+        }
+        if comptime![config.prologue.is_some()] {
+            activated_chunks::<N>(
+                input,
+                row0,
+                col0,
+                cols,
+                &mut values,
+                alpha,
+                limit,
+                offset,
+                comptime![config.prologue.unwrap()],
+                config.kind,
+            );
         }
         let mut codes = Array::<u32>::new(32usize);
         #[unroll]
@@ -222,6 +258,42 @@ pub fn fp8_cast_kernel<N: Size>(
                 };
             }
             scale_inv_out[e] = u32::reinterpret(1.0f32 / group_scale);
+        }
+    }
+}
+
+/// The 4 x 8 values of a unit (rows `row0..+4`, columns `col0..+8` of the output) from `h`:
+/// `act(h)`, times `gate(h[:, F + col])` when gated, rounded to `kind` as the activation kernel
+/// stores them.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn activated_chunks<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    row0: usize,
+    col0: usize,
+    cols: usize,
+    values: &mut Array<f32>,
+    alpha: f32,
+    limit: f32,
+    offset: f32,
+    #[comptime] prologue: Fp8Prologue,
+    #[comptime] kind: ElemKind,
+) {
+    let h_cols = if comptime![prologue.gated] { 2 * cols } else { cols };
+    let mut gates = Array::<f32>::new(8usize);
+    #[unroll]
+    for i in 0..4usize {
+        load_chunk::<N>(input, (row0 + i) * h_cols + col0, values, i * 8, kind);
+        if comptime![prologue.gated] {
+            load_chunk::<N>(input, (row0 + i) * h_cols + cols + col0, &mut gates, 0usize, kind);
+        }
+        #[unroll]
+        for j in 0..8usize {
+            let mut y = act_value(values[i * 8 + j], alpha, limit, prologue.act);
+            if comptime![prologue.gated] {
+                y *= gate_value(gates[j], limit, offset, prologue.clamped_gate);
+            }
+            values[i * 8 + j] = round_to(y, kind);
         }
     }
 }

@@ -14,7 +14,11 @@ use crate::dequantize::{
     dequantize_nvfp4_kernel,
 };
 use crate::flags;
-use crate::fp8::{fp8_cast_kernel, Fp8CastConfig, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS};
+use crate::activation::{ActivationConfig, ActivationParams};
+use crate::fp8::{
+    fp8_cast_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS,
+};
+use crate::norm::WordMatrix;
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
 use crate::mxfp8::{
     mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
@@ -480,14 +484,63 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
     shared_scale: bool,
     gather: Option<RowGather>,
 ) -> Result<QuantizeOutput, KernelError> {
+    fp8_cast(client, x, fp8, scaling, directions, groups, shared_scale, gather, None)
+}
+
+/// FP8 per-tensor quantization of a LayerNormMLP's fc2 input straight from fc1's output
+/// `h [rows, F']` (`F' = 2F` when gated): the codes, scale and amax of `activation_forward`
+/// followed by `quantize_fp8_tensor` on its `[rows, F]` output, in one read of `h` and without
+/// that output in memory. Current scaling first takes the activation's amax in a pass of its
+/// own (`activation_amax`: a read of `h`, no write).
+pub fn quantize_fp8_tensor_activated<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: InputMatrix,
+    activation: (Fp8Prologue, ActivationParams),
+    fp8: Fp8Kind,
+    scaling: TensorScaling,
+    directions: Directions,
+) -> Result<QuantizeOutput, KernelError> {
+    fp8_cast(client, h, fp8, scaling, directions, None, false, None, Some(activation))
+}
+
+/// The FP8 per-tensor cast behind the public launchers: `x` read through `gather`, or with
+/// `prologue` the activation of `x` (ungrouped).
+#[allow(clippy::too_many_arguments)]
+fn fp8_cast<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    fp8: Fp8Kind,
+    scaling: TensorScaling,
+    directions: Directions,
+    groups: Option<RowGroups>,
+    shared_scale: bool,
+    gather: Option<RowGather>,
+    prologue: Option<(Fp8Prologue, ActivationParams)>,
+) -> Result<QuantizeOutput, KernelError> {
     require(
         gather.is_none() || groups.is_some(),
         "a row gather without groups".to_string(),
         "only the grouped FP8 per-tensor cast reads through a row map",
     )?;
+    require(
+        prologue.is_none() || (groups.is_none() && gather.is_none()),
+        "an activation prologue on a grouped cast".to_string(),
+        "the FP8 cast applies an activation to a plain matrix only",
+    )?;
     let (rows, row_index, src_rows) = gather_args(client, x, gather);
-    // The matrix the kernels see (the source keeps its own rows for the argument's length).
-    let seen = InputMatrix { rows, ..x };
+    // The matrix the kernels see (the source keeps its own rows for the argument's length); with
+    // a gated activation it has half the source's columns.
+    let gated = prologue.is_some_and(|(p, _)| p.gated);
+    require(
+        !gated || x.cols % 2 == 0,
+        format!("activation input [{}, {}]", x.rows, x.cols),
+        "a gated activation's input holds two halves of one width",
+    )?;
+    let seen = InputMatrix {
+        rows,
+        cols: if gated { x.cols / 2 } else { x.cols },
+        ..x
+    };
     seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
     require_grouped_rows(&seen, groups)?;
     require(
@@ -503,9 +556,10 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
     // The scales or amaxes the scale comes from: group g's is word `first + g * stride`.
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
-            let amax = match groups {
-                Some(g) => group_amax_gathered(client, x, g, false, gather)?.0,
-                None => amax(client, x)?,
+            let amax = match (groups, prologue) {
+                (Some(g), _) => group_amax_gathered(client, x, g, false, gather)?.0,
+                (None, Some((p, params))) => activation_amax(client, x, p, params)?,
+                (None, None) => amax(client, x)?,
             };
             ((amax.clone(), 0, 1), true, rule, amax)
         }
@@ -524,7 +578,7 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         }
     };
     let (scale_source, scale_first, scale_stride) = scale_source;
-    let n = rows * x.cols;
+    let n = rows * seen.cols;
     let rowwise = if directions.rowwise {
         client.empty(n)
     } else {
@@ -549,7 +603,9 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         shared_scale,
         gathered: gather.is_some(),
         encoder: fp8_encoder(client),
+        prologue: prologue.map(|(p, _)| p),
     };
+    let params = prologue.map_or(ActivationParams { alpha: 0.0, limit: 0.0, offset: 0.0 }, |(_, p)| p);
     let (history_row, history_first, history_stride, history_len) = match history {
         Some(h) => (h.buffer.clone(), h.first, h.stride, h.len(count)),
         None => (dummy(client), 0, 0, 1),
@@ -560,7 +616,7 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
         fp8_cast_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(
-                ceil_div(x.cols, FP8_TILE_COLS) as u32,
+                ceil_div(seen.cols, FP8_TILE_COLS) as u32,
                 ceil_div(rows, FP8_TILE_ROWS) as u32,
                 1,
             ),
@@ -577,13 +633,16 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
             arg(&amax_out, count),
             arg(&history_row, history_len),
             rows,
-            x.cols,
+            seen.cols,
             count,
             src_rows,
             scale_first,
             scale_stride,
             history_first,
             history_stride,
+            params.alpha,
+            params.limit,
+            params.offset,
             config,
         )
     };
@@ -1287,4 +1346,32 @@ pub fn wait_flag<R: Runtime>(
             max_polls,
         )
     };
+}
+
+/// `activation::activation_amax` of the matrix `h` under `prologue`'s activation.
+fn activation_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: InputMatrix,
+    prologue: Fp8Prologue,
+    params: ActivationParams,
+) -> Result<Handle, KernelError> {
+    crate::activation::activation_amax(
+        client,
+        WordMatrix {
+            handle: h.handle,
+            rows: h.rows,
+            cols: h.cols,
+            kind: h.kind,
+        },
+        params,
+        ActivationConfig {
+            kind: h.kind,
+            act: prologue.act,
+            gated: prologue.gated,
+            clamped_gate: prologue.clamped_gate,
+            amax: true,
+            store: false,
+            dbias: false,
+        },
+    )
 }

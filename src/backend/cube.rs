@@ -1565,6 +1565,87 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         super::cube_norm_act::activation_forward(h, spec, want_amax)
     }
 
+    /// One launch of the FP8 cast with the activation as its prologue
+    /// (`kernels::quantize_fp8_tensor_activated`), after the activation's amax pass under
+    /// current scaling.
+    fn lowp_activation_quantize(
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        cast: super::ActivationCast<Self>,
+        usage: Usage,
+    ) -> Result<Option<QuantizedTensor<Self>>> {
+        let (rows, h_cols) = matrix_dims(&h.shape().as_slice());
+        let gated = spec.activation.is_gated();
+        if gated && h_cols % 2 != 0 {
+            return Err(LowpError::shape(
+                "activation input",
+                format!("[{rows}, {h_cols}]"),
+                format!("{} takes two halves of one width", spec.activation),
+            ));
+        }
+        let cols = if gated { h_cols / 2 } else { h_cols };
+        let fp8 = match &cast {
+            super::ActivationCast::Current(FormatConfig::Fp8Current(c)) => c.fp8,
+            super::ActivationCast::Current(_) => return Ok(None),
+            super::ActivationCast::Delayed { fp8, .. } => *fp8,
+        };
+        let format = QuantFormat::Fp8Tensor { fp8 };
+        check_shape("activation output", rows, cols, &format)?;
+        let kind = elem_kind(h.dtype, "activation input")?;
+        let h = prepare(h);
+        let client = h.client.clone();
+        let device = h.device.clone();
+        let input = InputMatrix {
+            handle: &h.handle,
+            rows,
+            cols: h_cols,
+            kind,
+        };
+        let prologue = (
+            kernels::fp8::Fp8Prologue {
+                act: spec.activation.function(),
+                gated,
+                clamped_gate: spec.activation == crate::ops::Activation::ClampedSwiglu,
+            },
+            spec.kernel_params(),
+        );
+        let directions = Directions {
+            rowwise: usage.rowwise,
+            columnwise: usage.columnwise,
+        };
+        let out = match cast {
+            super::ActivationCast::Current(FormatConfig::Fp8Current(c)) => {
+                let rule = current_scaling_rule(&c);
+                kernels::quantize_fp8_tensor_activated(
+                    &client,
+                    input,
+                    prologue,
+                    rule.fp8,
+                    kernels::TensorScaling::Current { rule },
+                    directions,
+                )
+            }
+            super::ActivationCast::Current(_) => unreachable!("answered above"),
+            super::ActivationCast::Delayed { scale, record, .. } => {
+                let history = history_row(record, 1)?;
+                let scale = StateTarget::scales(scale, 1)?;
+                kernels::quantize_fp8_tensor_activated(
+                    &client,
+                    input,
+                    prologue,
+                    fp8_kind(fp8),
+                    kernels::TensorScaling::Delayed {
+                        scale: scale.kernel_arg(),
+                        history: history.as_ref().map(|h| h.kernel_arg()),
+                    },
+                    directions,
+                )
+            }
+        }
+        .map_err(kernel_error("activation input"))?;
+        Ok(Some(wrap(&client, &device, out, format, (rows, cols), false, 1)))
+    }
+
     fn lowp_rope(
         x: FloatTensor<Self>,
         freq: FloatTensor<Self>,

@@ -3,7 +3,10 @@
 //!
 //! Forward: the norm pass writes `ln_out` and, for an FP8 current-scaling fc1 input, its amax;
 //! fc1's input is quantized from it (rowwise, plus columnwise for fc1's wgrad) without an amax
-//! pass; the activation pass does the same for fc2's input. Saved for backward: x, mean, rstd
+//! pass. fc2's input under FP8 per-tensor scaling is the activation quantized in the cast itself
+//! (`OperandQuantizer::quantize_activation`: the activation's output is never in memory; current
+//! scaling takes its amax in a read of h first); otherwise the activation pass writes it with its
+//! amax, then its quantizer runs. Saved for backward: x, mean, rstd
 //! and γ (norm backward), the fc1 output `h` (activation backward), and the quantized columnwise
 //! copies of ln_out, the activation and both weights, never their high-precision originals.
 //!
@@ -25,11 +28,11 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
 use super::activation::ActivationSpec;
+use super::row_broadcast::column_sum;
 use super::linear::{
     columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
 };
-use super::row_broadcast::column_sum;
 use crate::recipe::SplitAccumulator;
 use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
@@ -263,18 +266,28 @@ fn forward<Q: LowpBackend>(
         options(&op.fc1, inputs.b1),
     )?;
 
-    // Activation (+ the amax of fc2's input) and fc2.
-    let act = Q::lowp_activation_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
-    let a_original = op.fc2.debug.as_ref().map(|_| act.y.clone());
+    // Activation and fc2's input: in one pass where the backend fuses the activation into the
+    // FP8 cast (the activation's output never in memory); else the activation (+ the amax of
+    // fc2's input), then the quantizer. A debug view needs the activation itself.
+    let a_usage = Usage {
+        rowwise: true,
+        columnwise: needs.w2,
+    };
+    let fused = match op.fc2.debug {
+        None => op.fc2.input.quantize_activation(h.clone(), &op.activation, a_usage)?,
+        Some(_) => None,
+    };
+    let (q_a, a_original) = match fused {
+        Some(q_a) => (q_a, None),
+        None => {
+            let act =
+                Q::lowp_activation_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
+            let a_original = op.fc2.debug.as_ref().map(|_| act.y.clone());
+            let q_a = op.fc2.input.quantize_with_amax(act.y, act.amax, a_usage)?;
+            (q_a, a_original)
+        }
+    };
     let w2_original = op.fc2.debug.as_ref().map(|_| inputs.w2.clone());
-    let q_a = op.fc2.input.quantize_with_amax(
-        act.y,
-        act.amax,
-        Usage {
-            rowwise: true,
-            columnwise: needs.w2,
-        },
-    )?;
     let q_w2 = quantize_weight(&op.fc2.weight, inputs.w2, needs.below_fc2)?;
     let out = fprop(
         op.fc2.debug.as_ref(),

@@ -21,7 +21,10 @@ use super::grouped_linear::{GroupedLinearOp, InputRows};
 use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
-use crate::backend::{AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend, ScaleColumns};
+use crate::backend::{
+    ActivationCast, AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend,
+    ScaleColumns,
+};
 use crate::error::{LowpError, Result};
 use crate::debug::layer::direction_for;
 use crate::debug::{GemmName, LayerDebug, Operand, TensorKind};
@@ -142,6 +145,36 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
             ),
             _ => self.quantize(x, usage, false),
         }
+    }
+}
+
+impl<Q: LowpBackend> OperandQuantizer<Q> {
+    /// The activation of `h` (`spec`) quantized by this quantizer in one pass, where the backend
+    /// fuses the activation into its FP8 per-tensor cast (`LowpBackend::lowp_activation_quantize`,
+    /// current or delayed scaling); `None` otherwise, and the caller runs the activation and then
+    /// this quantizer (the same codes).
+    pub fn quantize_activation(
+        &self,
+        h: FloatTensor<Q>,
+        spec: &ActivationSpec,
+        usage: Usage,
+    ) -> Result<Option<QuantizedTensor<Q>>> {
+        let cast = match (&self.spec, &self.delayed) {
+            (QuantizerSpec::Fp8Current { .. }, _) => {
+                ActivationCast::Current(self.spec.format_config(Some(self.seed))?)
+            }
+            (QuantizerSpec::Fp8Delayed(_), Some(d)) => ActivationCast::Delayed {
+                fp8: d.fp8,
+                scale: d.scale.clone(),
+                record: d.sink.in_place(),
+            },
+            _ => return Ok(None),
+        };
+        let q = Q::lowp_activation_quantize(h, spec, cast, usage)?;
+        if let (Some(q), Some(delayed)) = (&q, &self.delayed) {
+            delayed.sink.after_cast(q, usage, 1)?;
+        }
+        Ok(q)
     }
 }
 

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use burn::tensor::ops::FloatTensor;
-use burn_lowp::backend::{LowpBackend, NormSpec};
+use burn_lowp::backend::{ActivationCast, AmaxHistoryColumns, LowpBackend, NormSpec, ScaleColumns};
 use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, HostMatrix, InputDtype, Usage};
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
 
@@ -365,6 +365,95 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
     }
 }
 
+/// fc2's input in one pass (`lowp_activation_quantize`: the activation as the FP8 cast's
+/// prologue) equals the activation pass followed by the quantizer bit for bit: codes and scales in
+/// both directions under current scaling (the unfused twin quantizes with the activation's fused
+/// amax where there is one), and under delayed scaling also the amax folded into the history row,
+/// every activation and dtype, a scale that saturates some values. Backends without the fused
+/// kernel (NdArray) answer `None`.
+pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
+    let params = ActivationParams {
+        limit: 3.0,
+        ..Default::default()
+    };
+    let usage = Usage {
+        rowwise: true,
+        columnwise: true,
+    };
+    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+    for &dtype in dtypes {
+        for act in Activation::ALL {
+            for (rows, f) in SHAPES {
+                let spec = ActivationSpec { activation: act, params };
+                let width = if act.is_gated() { 2 * f } else { f };
+                let h = matrix(rows, width, dtype, 0.0, 2.5, 307 + (rows * f) as u64 + act as u64);
+                let context = format!("{act} {} [{rows}, {width}]", dtype.name());
+                let fwd = B::lowp_activation_forward(upload::<B>(&h, device), &spec, true).unwrap();
+                let y = read_f32::<B>(fwd.y.clone());
+
+                // Current scaling.
+                let twin = match &fwd.amax {
+                    Some(amax) => B::quantize_fp8_current_with_amax(fwd.y.clone(), &config, amax, usage),
+                    None => B::lowp_quantize(fwd.y.clone(), &config, usage, false),
+                }
+                .unwrap();
+                let fused =
+                    B::lowp_activation_quantize(upload::<B>(&h, device), &spec, ActivationCast::Current(config.clone()), usage)
+                        .unwrap();
+                assert_eq!(fused.is_some(), kernels, "{context}: fused exactly where the kernels run");
+                if let Some(fused) = fused {
+                    assert_bit_equal(
+                        &fused.to_host().unwrap(),
+                        &twin.to_host().unwrap(),
+                        &format!("{context}: current scaling, fused activation cast"),
+                    );
+                }
+
+                // Delayed scaling: scale column 1 of three (decoys around it), history row 0
+                // column 2 of three; the scale puts the top fifth of the range past E4M3's 448.
+                let scale = 448.0 / (0.8 * host_amax(&y).max(1e-6));
+                let scales = || ScaleColumns {
+                    scales: vector::<B>(vec![0.5, scale, 2.0], InputDtype::F32, device),
+                    first: 1,
+                    stride: 1,
+                };
+                let history = || {
+                    let m = HostMatrix::new("history", 4, 3, InputDtype::F32, vec![0.0; 12]).unwrap();
+                    B::float_from_host(&m, device)
+                };
+                let (twin_history, fused_history) = (history(), history());
+                let record = |h: &FloatTensor<B>| {
+                    B::delayed_amax_in_place().then(|| AmaxHistoryColumns {
+                        history: h.clone(),
+                        first: 2,
+                        stride: 1,
+                    })
+                };
+                let twin =
+                    B::quantize_fp8_with_scale(fwd.y.clone(), Fp8Format::E4M3, scales(), usage, record(&twin_history))
+                        .unwrap();
+                let cast = ActivationCast::Delayed {
+                    fp8: Fp8Format::E4M3,
+                    scale: scales(),
+                    record: record(&fused_history),
+                };
+                let fused = B::lowp_activation_quantize(upload::<B>(&h, device), &spec, cast, usage).unwrap();
+                assert_eq!(fused.is_some(), kernels, "{context}: fused exactly where the kernels run");
+                if let Some(fused) = fused {
+                    assert_bit_equal(
+                        &fused.to_host().unwrap(),
+                        &twin.to_host().unwrap(),
+                        &format!("{context}: delayed scaling, fused activation cast"),
+                    );
+                    let (got, want) = (read_f32::<B>(fused_history), read_f32::<B>(twin_history));
+                    assert_eq!(got, want, "{context}: the amax recorded into the history");
+                    assert_eq!(got[2].to_bits(), host_amax(&y).to_bits(), "{context}: recorded amax");
+                }
+            }
+        }
+    }
+}
+
 /// Shapes the pair kernels cannot take are errors, not panics.
 pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bool) {
     let x = matrix(4, 7, InputDtype::F32, 0.0, 1.0, 5);
@@ -377,6 +466,22 @@ pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bo
     }
     let e = B::lowp_activation_forward(upload::<B>(&x, device), &spec, false).err().expect("odd width refused");
     assert!(e.to_string().contains("even"), "{e}");
+    // The fused activation cast: a gated input of odd width, and an output FP8 cannot block.
+    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+    let cast = || ActivationCast::<B>::Current(config.clone());
+    let swiglu = ActivationSpec {
+        activation: Activation::Swiglu,
+        params: ActivationParams::default(),
+    };
+    let e = B::lowp_activation_quantize(upload::<B>(&x, device), &swiglu, cast(), Usage::ROWWISE)
+        .err()
+        .expect("odd gated width refused");
+    assert!(e.to_string().contains("two halves"), "{e}");
+    let narrow = matrix(16, 24, InputDtype::F32, 0.0, 1.0, 6);
+    let e = B::lowp_activation_quantize(upload::<B>(&narrow, device), &swiglu, cast(), Usage::ROWWISE)
+        .err()
+        .expect("an output of 12 columns refused");
+    assert!(e.to_string().contains("activation output"), "{e}");
     let e = B::lowp_norm_forward(
         upload::<B>(&x, device),
         vector::<B>(vec![1.0; 7], InputDtype::F32, device),
@@ -409,6 +514,11 @@ macro_rules! norm_act_suite {
         #[test]
         fn linear_dbias_and_its_fused_amax_match_the_host_and_the_unfused_quantize() {
             if let Some(d) = $device { crate::norm_act::check_dbias_amax::<$backend>(&d, &[$($dtype),*], $kernels); }
+        }
+
+        #[test]
+        fn activation_fused_into_the_fp8_cast_equals_activation_then_quantize() {
+            if let Some(d) = $device { crate::norm_act::check_activation_quantize::<$backend>(&d, &[$($dtype),*], $kernels); }
         }
 
         #[test]
