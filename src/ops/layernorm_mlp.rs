@@ -10,8 +10,9 @@
 //! and γ (norm backward), the fc1 output `h` (activation backward), and the quantized columnwise
 //! copies of ln_out, the activation and both weights, never their high-precision originals.
 //!
-//! Backward, in TE's order: dbias2, fc2 dgrad, fc2 wgrad, activation backward (+ dbias1, + the
-//! amax of dh for fc1's grad_output quantizer), fc1 dgrad, fc1 wgrad, norm backward. With
+//! Backward, in TE's order: dbias2 (+ the amax of dY for fc2's grad_output quantizer), fc2
+//! dgrad, fc2 wgrad, activation backward (+ dbias1, + the amax of dh for fc1's grad_output
+//! quantizer), fc1 dgrad, fc1 wgrad, norm backward. With
 //! `delay_wgrad_compute` the two wgrad GEMMs are kept (quantized operands only) for
 //! `LayerNormMlp::backward_dw`.
 
@@ -28,7 +29,6 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
 use super::activation::ActivationSpec;
-use super::row_broadcast::column_sum;
 use super::linear::{
     columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
@@ -414,20 +414,27 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
             }
         };
 
-        if let Some(node) = &p[B2] {
-            let db2 = Q::float_cast(column_sum::<Q>(dy.clone()), saved.param_dtype);
-            grads.register::<Q>(node.id, db2);
-        }
+        // dbias2 and, where fused, dY's amax for its FP8 current-scaling cast, in one read of dY
+        // (as `Linear`).
+        let dy_amax = match &p[B2] {
+            Some(node) => {
+                let (db2, amax) =
+                    Q::lowp_dbias_amax(dy.clone()).expect("dbias of dY [rows, hidden]");
+                grads.register::<Q>(node.id, Q::float_cast(db2, saved.param_dtype));
+                amax
+            }
+            None => None,
+        };
         let want_w2 = saved.a_columnwise.is_some();
         let q_dy = saved
             .fc2_grad_output
-            .quantize(
+            .quantize_with_amax(
                 dy.clone(),
+                dy_amax,
                 Usage {
                     rowwise: below_fc2,
                     columnwise: want_w2,
                 },
-                false,
             )
             .expect("quantize fc2 grad_output");
         let w2 = below_fc2.then(|| saved.w2_columnwise.as_ref().expect("fc2 weight saved"));
