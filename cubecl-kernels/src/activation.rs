@@ -20,6 +20,11 @@ use crate::reduce::cube_max_into;
 pub const ACT_UNITS: usize = 256;
 /// Rows per unit (and per block of the bias-gradient partials).
 pub const ACT_BLOCK_ROWS: usize = 64;
+/// Rows a unit loads before it computes on them: a unit reads one word per row and operand, and
+/// with one row in flight at a time the kernels waited on memory latency (Nsight Compute on an
+/// H200: 203 us forward and 330 us backward at 8192 x 16384 gelu, about half the bandwidth).
+const ACT_ROW_STEP: usize = 4;
+const ACT_STEPS: usize = ACT_BLOCK_ROWS / ACT_ROW_STEP;
 
 /// The elementwise function of an activation (gated ones apply it to the first half).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -168,20 +173,40 @@ pub fn activation_forward_kernel(
     let h_cols = if comptime![config.gated] { 2 * cols } else { cols };
     let mut local_amax = 0u32;
     if col < cols {
-        for row in first..end {
-            let (xa, xb) = load_pair(h, row * h_cols + col, config.kind);
-            let mut ya = act_value(xa, alpha, limit, config.act);
-            let mut yb = act_value(xb, alpha, limit, config.act);
-            if comptime![config.gated] {
-                let (ga, gb) = load_pair(h, row * h_cols + cols + col, config.kind);
-                ya *= gate_value(ga, limit, offset, config.clamped_gate);
-                yb *= gate_value(gb, limit, offset, config.clamped_gate);
+        let mut x = Array::<f32>::new(2 * ACT_ROW_STEP);
+        let mut g = Array::<f32>::new(2 * ACT_ROW_STEP);
+        for step in 0..ACT_STEPS {
+            let row0 = first + step * ACT_ROW_STEP;
+            #[unroll]
+            for i in 0..ACT_ROW_STEP {
+                if row0 + i < end {
+                    let (a, b) = load_pair(h, (row0 + i) * h_cols + col, config.kind);
+                    x[2 * i] = a;
+                    x[2 * i + 1] = b;
+                    if comptime![config.gated] {
+                        let (p, q) = load_pair(h, (row0 + i) * h_cols + cols + col, config.kind);
+                        g[2 * i] = p;
+                        g[2 * i + 1] = q;
+                    }
+                }
             }
-            if comptime![config.store] {
-                store_pair(out, row * cols + col, ya, yb, config.kind);
-            }
-            if comptime![config.amax] {
-                local_amax = fold_amax(local_amax, ya, yb, config.kind);
+            #[unroll]
+            for i in 0..ACT_ROW_STEP {
+                let row = row0 + i;
+                if row < end {
+                    let mut ya = act_value(x[2 * i], alpha, limit, config.act);
+                    let mut yb = act_value(x[2 * i + 1], alpha, limit, config.act);
+                    if comptime![config.gated] {
+                        ya *= gate_value(g[2 * i], limit, offset, config.clamped_gate);
+                        yb *= gate_value(g[2 * i + 1], limit, offset, config.clamped_gate);
+                    }
+                    if comptime![config.store] {
+                        store_pair(out, row * cols + col, ya, yb, config.kind);
+                    }
+                    if comptime![config.amax] {
+                        local_amax = fold_amax(local_amax, ya, yb, config.kind);
+                    }
+                }
             }
         }
     }
@@ -218,41 +243,67 @@ pub fn activation_backward_kernel(
         let mut sb = 0.0f32;
         let mut sga = 0.0f32;
         let mut sgb = 0.0f32;
-        for row in first..end {
-            let (da, db) = load_pair(dy, row * cols + col, config.kind);
-            let (xa, xb) = load_pair(h, row * h_cols + col, config.kind);
-            if comptime![config.gated] {
-                let (ga, gb) = load_pair(h, row * h_cols + cols + col, config.kind);
-                let dxa = da * gate_value(ga, limit, offset, config.clamped_gate)
-                    * act_derivative(xa, alpha, limit, config.act);
-                let dxb = db * gate_value(gb, limit, offset, config.clamped_gate)
-                    * act_derivative(xb, alpha, limit, config.act);
-                let dga = da * act_value(xa, alpha, limit, config.act)
-                    * gate_derivative(ga, limit, config.clamped_gate);
-                let dgb = db * act_value(xb, alpha, limit, config.act)
-                    * gate_derivative(gb, limit, config.clamped_gate);
-                store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
-                store_pair(dh, row * h_cols + cols + col, dga, dgb, config.kind);
-                if comptime![config.amax] {
-                    local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
-                    local_amax = fold_amax(local_amax, dga, dgb, config.kind);
+        let mut d = Array::<f32>::new(2 * ACT_ROW_STEP);
+        let mut x = Array::<f32>::new(2 * ACT_ROW_STEP);
+        let mut g = Array::<f32>::new(2 * ACT_ROW_STEP);
+        for step in 0..ACT_STEPS {
+            let row0 = first + step * ACT_ROW_STEP;
+            #[unroll]
+            for i in 0..ACT_ROW_STEP {
+                if row0 + i < end {
+                    let (p, q) = load_pair(dy, (row0 + i) * cols + col, config.kind);
+                    d[2 * i] = p;
+                    d[2 * i + 1] = q;
+                    let (p, q) = load_pair(h, (row0 + i) * h_cols + col, config.kind);
+                    x[2 * i] = p;
+                    x[2 * i + 1] = q;
+                    if comptime![config.gated] {
+                        let (p, q) = load_pair(h, (row0 + i) * h_cols + cols + col, config.kind);
+                        g[2 * i] = p;
+                        g[2 * i + 1] = q;
+                    }
                 }
-                if comptime![config.dbias] {
-                    sga += round_to(dga, config.kind);
-                    sgb += round_to(dgb, config.kind);
-                    sa += round_to(dxa, config.kind);
-                    sb += round_to(dxb, config.kind);
-                }
-            } else {
-                let dxa = da * act_derivative(xa, alpha, limit, config.act);
-                let dxb = db * act_derivative(xb, alpha, limit, config.act);
-                store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
-                if comptime![config.amax] {
-                    local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
-                }
-                if comptime![config.dbias] {
-                    sa += round_to(dxa, config.kind);
-                    sb += round_to(dxb, config.kind);
+            }
+            #[unroll]
+            for i in 0..ACT_ROW_STEP {
+                let row = row0 + i;
+                if row < end {
+                    let (da, db) = (d[2 * i], d[2 * i + 1]);
+                    let (xa, xb) = (x[2 * i], x[2 * i + 1]);
+                    if comptime![config.gated] {
+                        let (ga, gb) = (g[2 * i], g[2 * i + 1]);
+                        let dxa = da * gate_value(ga, limit, offset, config.clamped_gate)
+                            * act_derivative(xa, alpha, limit, config.act);
+                        let dxb = db * gate_value(gb, limit, offset, config.clamped_gate)
+                            * act_derivative(xb, alpha, limit, config.act);
+                        let dga = da * act_value(xa, alpha, limit, config.act)
+                            * gate_derivative(ga, limit, config.clamped_gate);
+                        let dgb = db * act_value(xb, alpha, limit, config.act)
+                            * gate_derivative(gb, limit, config.clamped_gate);
+                        store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
+                        store_pair(dh, row * h_cols + cols + col, dga, dgb, config.kind);
+                        if comptime![config.amax] {
+                            local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
+                            local_amax = fold_amax(local_amax, dga, dgb, config.kind);
+                        }
+                        if comptime![config.dbias] {
+                            sga += round_to(dga, config.kind);
+                            sgb += round_to(dgb, config.kind);
+                            sa += round_to(dxa, config.kind);
+                            sb += round_to(dxb, config.kind);
+                        }
+                    } else {
+                        let dxa = da * act_derivative(xa, alpha, limit, config.act);
+                        let dxb = db * act_derivative(xb, alpha, limit, config.act);
+                        store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
+                        if comptime![config.amax] {
+                            local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
+                        }
+                        if comptime![config.dbias] {
+                            sa += round_to(dxa, config.kind);
+                            sb += round_to(dxb, config.kind);
+                        }
+                    }
                 }
             }
         }

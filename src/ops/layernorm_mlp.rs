@@ -3,17 +3,17 @@
 //!
 //! Forward: the norm pass writes `ln_out` and, for an FP8 current-scaling fc1 input, its amax;
 //! fc1's input is quantized from it (rowwise, plus columnwise for fc1's wgrad) without an amax
-//! pass. fc2's input under FP8 per-tensor scaling is the activation quantized in the cast itself
-//! (`OperandQuantizer::quantize_activation`: the activation's output is never in memory; current
-//! scaling takes its amax in a read of h first); otherwise the activation pass writes it with its
-//! amax, then its quantizer runs. Saved for backward: x, mean, rstd
-//! and γ (norm backward), the fc1 output `h` (activation backward), and the quantized columnwise
-//! copies of ln_out, the activation and both weights, never their high-precision originals.
+//! pass. fc2's input under FP8 delayed scaling is the activation quantized in the cast itself
+//! (`OperandQuantizer::quantize_activation`: the activation's output is never in memory);
+//! otherwise the activation pass writes it with its amax, then its quantizer runs. Saved for
+//! backward: x, mean, rstd and γ (norm backward), the fc1 output `h` (activation backward), and
+//! the quantized columnwise copies of ln_out, the activation and both weights, never their
+//! high-precision originals.
 //!
 //! Backward, in TE's order: dbias2 (+ the amax of dY for fc2's grad_output quantizer), fc2
 //! dgrad, fc2 wgrad, activation backward (+ dbias1, + the amax of dh for fc1's grad_output
-//! quantizer), fc1 dgrad, fc1 wgrad, norm backward. With
-//! `delay_wgrad_compute` the two wgrad GEMMs are kept (quantized operands only) for
+//! quantizer), fc1 dgrad, fc1 wgrad, norm backward. With `delay_wgrad_compute` the two wgrad
+//! GEMMs are kept (quantized operands only) for
 //! `LayerNormMlp::backward_dw`.
 
 use std::collections::VecDeque;
@@ -267,8 +267,8 @@ fn forward<Q: LowpBackend>(
     )?;
 
     // Activation and fc2's input: in one pass where the backend fuses the activation into the
-    // FP8 cast (the activation's output never in memory); else the activation (+ the amax of
-    // fc2's input), then the quantizer. A debug view needs the activation itself.
+    // FP8 cast (delayed scaling: the activation's output never in memory); else the activation
+    // (+ the amax of fc2's input), then the quantizer. A debug view needs the activation itself.
     let a_usage = Usage {
         rowwise: true,
         columnwise: needs.w2,
