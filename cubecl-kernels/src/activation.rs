@@ -156,6 +156,30 @@ fn gate_derivative(g: f32, limit: f32, #[comptime] clamped: bool) -> f32 {
     d
 }
 
+/// Elements `col, col + 1` of rows `row0 .. row0 + rows` of `m` (row stride `stride`) into
+/// `out[2 i], out[2 i + 1]`, rows from `end` on skipped: one step's loads, issued together.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_row_pairs(
+    m: &Array<u32>,
+    out: &mut Array<f32>,
+    row0: usize,
+    end: usize,
+    stride: usize,
+    col: usize,
+    #[comptime] rows: usize,
+    #[comptime] kind: ElemKind,
+) {
+    #[unroll]
+    for i in 0..rows {
+        if row0 + i < end {
+            let (a, b) = load_pair(m, (row0 + i) * stride + col, kind);
+            out[2 * i] = a;
+            out[2 * i + 1] = b;
+        }
+    }
+}
+
 #[cube]
 fn fold_amax(local: u32, a: f32, b: f32, #[comptime] kind: ElemKind) -> u32 {
     let ma = abs_bits_for_amax(round_to(a, kind));
@@ -188,18 +212,9 @@ pub fn activation_forward_kernel(
         let mut g = Array::<f32>::new(2 * ACT_ROW_STEP);
         for step in 0..ACT_STEPS {
             let row0 = first + step * ACT_ROW_STEP;
-            #[unroll]
-            for i in 0..ACT_ROW_STEP {
-                if row0 + i < end {
-                    let (a, b) = load_pair(h, (row0 + i) * h_cols + col, config.kind);
-                    x[2 * i] = a;
-                    x[2 * i + 1] = b;
-                    if comptime![config.gated] {
-                        let (p, q) = load_pair(h, (row0 + i) * h_cols + cols + col, config.kind);
-                        g[2 * i] = p;
-                        g[2 * i + 1] = q;
-                    }
-                }
+            load_row_pairs(h, &mut x, row0, end, h_cols, col, ACT_ROW_STEP, config.kind);
+            if comptime![config.gated] {
+                load_row_pairs(h, &mut g, row0, end, h_cols, cols + col, ACT_ROW_STEP, config.kind);
             }
             #[unroll]
             for i in 0..ACT_ROW_STEP {
@@ -260,21 +275,10 @@ pub fn activation_backward_kernel(
         let mut g = Array::<f32>::new(comptime![2 * step_rows]);
         for step in 0..comptime![ACT_BLOCK_ROWS / step_rows] {
             let row0 = first + step * step_rows;
-            #[unroll]
-            for i in 0..step_rows {
-                if row0 + i < end {
-                    let (p, q) = load_pair(dy, (row0 + i) * cols + col, config.kind);
-                    d[2 * i] = p;
-                    d[2 * i + 1] = q;
-                    let (p, q) = load_pair(h, (row0 + i) * h_cols + col, config.kind);
-                    x[2 * i] = p;
-                    x[2 * i + 1] = q;
-                    if comptime![config.gated] {
-                        let (p, q) = load_pair(h, (row0 + i) * h_cols + cols + col, config.kind);
-                        g[2 * i] = p;
-                        g[2 * i + 1] = q;
-                    }
-                }
+            load_row_pairs(dy, &mut d, row0, end, cols, col, step_rows, config.kind);
+            load_row_pairs(h, &mut x, row0, end, h_cols, col, step_rows, config.kind);
+            if comptime![config.gated] {
+                load_row_pairs(h, &mut g, row0, end, h_cols, cols + col, step_rows, config.kind);
             }
             #[unroll]
             for i in 0..step_rows {
