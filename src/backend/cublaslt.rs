@@ -603,8 +603,9 @@ impl CublasLt {
 
     /// The algorithm for a new GEMM shape: the tuning table's (`gemm_tuning`: a loaded file or
     /// an earlier timing) if it holds one that cuBLASLt accepts for this GEMM; else cuBLASLt's
-    /// heuristic proposes up to `CANDIDATES`, each is timed on this very GEMM (a warm-up run, then
-    /// `TIMED_RUNS` between two events), and the fastest is kept and recorded in the table. Every
+    /// heuristic proposes up to `CANDIDATES`, each is timed on this very GEMM (a warm-up run each,
+    /// then `TIMED_RUNS` rounds of one run of every candidate between two events; its best run
+    /// counts), and the fastest is kept and recorded in the table. Every
     /// run writes the same D (`A·B`, or `A·B + C` from another buffer), so the result is the same
     /// whichever ran last. One host wait per timed shape. `LOWP_GEMM_AUTOTUNE=0` keeps the
     /// heuristic's first choice (what TE does); `LOWP_GEMM_AUTOTUNE_LOG=1` prints each choice
@@ -682,20 +683,34 @@ impl CublasLt {
         super::host_sync::record_gemm_autotune();
         let timing = Some(cuda::CUevent_flags::CU_EVENT_DEFAULT);
         let stream = self.lanes[lane].stream.clone();
-        let mut best = (f32::INFINITY, first, 0usize);
-        let mut times = Vec::new();
-        for (index, algo) in candidates.into_iter().enumerate() {
-            if unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_err() {
-                continue;
+        // A warm-up run of each candidate, then rounds of one timed run of every candidate: a
+        // GPU at its power limit slows down within a second of back-to-back GEMMs, so timing
+        // the candidates one after the other favoured the first ones (an H100's clock goes
+        // from 1980 to 1380-1500 MHz; `benches/results/turns-h100/`). Each keeps its best run.
+        let candidates: Vec<_> = candidates
+            .into_iter()
+            .filter(|algo| unsafe { self.matmul(lane, desc, g, algo, a, b, d) }.is_ok())
+            .collect();
+        let mut events = Vec::new();
+        for _ in 0..TIMED_RUNS {
+            for (index, algo) in candidates.iter().enumerate() {
+                let start = stream.record_event(timing).map_err(driver_error("event"))?;
+                let ran = unsafe { self.matmul(lane, desc, g, algo, a, b, d) }.is_ok();
+                let end = stream.record_event(timing).map_err(driver_error("event"))?;
+                events.push((index, ran, start, end));
             }
-            let start = stream.record_event(timing).map_err(driver_error("event"))?;
-            let ran = (0..TIMED_RUNS)
-                .all(|_| unsafe { self.matmul(lane, desc, g, &algo, a, b, d) }.is_ok());
-            let end = stream.record_event(timing).map_err(driver_error("event"))?;
+        }
+        let mut times = vec![f32::INFINITY; candidates.len()];
+        for (index, ran, start, end) in events {
             let ms = start.elapsed_ms(&end).map_err(driver_error("event time"))?;
-            times.push(ms);
-            if ran && ms < best.0 {
-                best = (ms, algo, index);
+            if ran {
+                times[index] = times[index].min(ms);
+            }
+        }
+        let mut best = (f32::INFINITY, first, 0usize);
+        for (index, (&ms, algo)) in times.iter().zip(&candidates).enumerate() {
+            if ms < best.0 {
+                best = (ms, *algo, index);
             }
         }
         if log {
