@@ -365,32 +365,7 @@ pub fn activation_forward<R: Runtime>(
     params: ActivationParams,
     config: ActivationConfig,
 ) -> Result<(Handle, Option<Handle>), KernelError> {
-    require_pairs(&h, "activation input")?;
-    let cols = require_width(&h, config.gated)?;
-    let out_matrix = WordMatrix {
-        handle: h.handle,
-        rows: h.rows,
-        cols,
-        kind: h.kind,
-    };
-    let out = client.empty(out_matrix.bytes());
-    let amax = filled(client, 1, 0);
-    unsafe {
-        activation_forward_kernel::launch_unchecked::<R>(
-            client,
-            act_grid(h.rows, cols),
-            CubeDim::new_1d(ACT_UNITS as u32),
-            h.arg(),
-            arg(&out, out_matrix.words()),
-            arg(&amax, 1),
-            h.rows,
-            cols,
-            params.alpha,
-            params.limit,
-            params.offset,
-            config,
-        )
-    };
+    let (out, amax) = forward(client, h, params, ActivationConfig { store: true, ..config })?;
     Ok((out, config.amax.then_some(amax)))
 }
 
@@ -403,31 +378,53 @@ pub fn activation_amax<R: Runtime>(
     params: ActivationParams,
     config: ActivationConfig,
 ) -> Result<Handle, KernelError> {
+    let config = ActivationConfig {
+        amax: true,
+        store: false,
+        ..config
+    };
+    Ok(forward(client, h, params, config)?.1)
+}
+
+/// One launch of the forward kernel: the output (a placeholder without `config.store`) and the
+/// amax buffer (zero without `config.amax`).
+fn forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: WordMatrix,
+    params: ActivationParams,
+    config: ActivationConfig,
+) -> Result<(Handle, Handle), KernelError> {
     require_pairs(&h, "activation input")?;
     let cols = require_width(&h, config.gated)?;
+    let out_matrix = WordMatrix {
+        handle: h.handle,
+        rows: h.rows,
+        cols,
+        kind: h.kind,
+    };
+    let (out, out_words) = if config.store {
+        (client.empty(out_matrix.bytes()), out_matrix.words())
+    } else {
+        (client.empty(16), 4)
+    };
     let amax = filled(client, 1, 0);
-    let unused = client.empty(16);
     unsafe {
         activation_forward_kernel::launch_unchecked::<R>(
             client,
             act_grid(h.rows, cols),
             CubeDim::new_1d(ACT_UNITS as u32),
             h.arg(),
-            arg(&unused, 4),
+            arg(&out, out_words),
             arg(&amax, 1),
             h.rows,
             cols,
             params.alpha,
             params.limit,
             params.offset,
-            ActivationConfig {
-                amax: true,
-                store: false,
-                ..config
-            },
+            config,
         )
     };
-    Ok(amax)
+    Ok((out, amax))
 }
 
 /// What the activation backward writes.
