@@ -8,11 +8,7 @@
 //!   `recipes/current_scaling_fast_accumulation.json`), delayed_scaling, block_scaling and mxfp8
 //!   recipes; weights quantized every step (no micro-batch cache). TFLOP/s counts the six GEMMs.
 //! * `mlp_pass`: each norm / activation pass alone on the same shapes (forward with the fused
-//!   amax, backward with amax and dbias), to say how much of a step they take; and fc2's input
-//!   under FP8 current scaling made by the activation pass then the cast
-//!   (`activation_then_fp8_current`) or by the cast with the activation fused in
-//!   (`activation_fp8_current_fused`, its amax pass included). `gb_per_s` counts each pass's
-//!   own reads and writes.
+//!   amax, backward with amax and dbias), to say how much of a step they take.
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
 //! three runs; the steps of one activation in rounds (one run of each recipe per round, after a
 //! round that heats the GPU: `timing::time_rounds`), and with `LOWP_BENCH_TURNS=1` PyTorch's
@@ -28,8 +24,7 @@ use timing::{time, time_rounds};
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
-use burn_lowp::backend::{ActivationCast, LowpBackend, NormSpec};
-use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, Usage};
+use burn_lowp::backend::{LowpBackend, NormSpec};
 use burn_lowp::nn::LayerNormMlpConfig;
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
@@ -75,7 +70,6 @@ fn main() {
         )
         .expect("norm");
         let (mean, rstd) = (fwd.mean.clone(), fwd.rstd.clone());
-        let fp8_current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
         let passes: Vec<(&str, usize, Box<dyn Fn()>)> = vec![
             (
                 "norm_forward",
@@ -97,34 +91,6 @@ fn main() {
                 Box::new(|| {
                     B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
                         .expect("activation");
-                }),
-            ),
-            // fc2's input under FP8 current scaling (both directions), the activation pass
-            // (with its amax) then the cast, against the cast with the activation fused in
-            // (its amax pass reads h and writes nothing).
-            (
-                "activation_then_fp8_current",
-                2 * tokens * (width + 2 * ffn) + 2 * tokens * ffn,
-                Box::new(|| {
-                    let act = B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
-                        .expect("activation");
-                    let amax = act.amax.expect("fused amax");
-                    B::quantize_fp8_current_with_amax(act.y, &fp8_current, &amax, Usage::BOTH)
-                        .expect("quantize");
-                }),
-            ),
-            (
-                "activation_fp8_current_fused",
-                2 * tokens * width * 2 + 2 * tokens * ffn,
-                Box::new(|| {
-                    B::lowp_activation_quantize(
-                        h.clone().into_primitive().tensor(),
-                        &spec,
-                        ActivationCast::Current(fp8_current.clone()),
-                        Usage::BOTH,
-                    )
-                    .expect("fused activation cast")
-                    .expect("a CUDA kernel");
                 }),
             ),
             (

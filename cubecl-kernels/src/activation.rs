@@ -66,9 +66,6 @@ pub struct ActivationConfig {
     pub clamped_gate: bool,
     /// Record the amax of the stored output (atomic max into `amax_out[0]`).
     pub amax: bool,
-    /// Forward: write the output. Without it the kernel only takes the amax, for an FP8 cast
-    /// that applies the activation itself (`fp8::Fp8Prologue`).
-    pub store: bool,
     /// Backward: write bias-gradient partials.
     pub dbias: bool,
 }
@@ -226,9 +223,7 @@ pub fn activation_forward_kernel(
                         ya *= gate_value(g[2 * i], limit, offset, config.clamped_gate);
                         yb *= gate_value(g[2 * i + 1], limit, offset, config.clamped_gate);
                     }
-                    if comptime![config.store] {
-                        store_pair(out, row * cols + col, ya, yb, config.kind);
-                    }
+                    store_pair(out, row * cols + col, ya, yb, config.kind);
                     if comptime![config.amax] {
                         local_amax = fold_amax(local_amax, ya, yb, config.kind);
                     }
@@ -365,35 +360,6 @@ pub fn activation_forward<R: Runtime>(
     params: ActivationParams,
     config: ActivationConfig,
 ) -> Result<(Handle, Option<Handle>), KernelError> {
-    let (out, amax) = forward(client, h, params, ActivationConfig { store: true, ..config })?;
-    Ok((out, config.amax.then_some(amax)))
-}
-
-/// The amax of the activation's output `[rows, F]` as it would be stored (h's dtype), f32 bits,
-/// without writing the output: the first pass of an FP8 current-scaling cast with the
-/// activation as its prologue (`quantize_fp8_tensor_activated`).
-pub fn activation_amax<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: WordMatrix,
-    params: ActivationParams,
-    config: ActivationConfig,
-) -> Result<Handle, KernelError> {
-    let config = ActivationConfig {
-        amax: true,
-        store: false,
-        ..config
-    };
-    Ok(forward(client, h, params, config)?.1)
-}
-
-/// One launch of the forward kernel: the output (a placeholder without `config.store`) and the
-/// amax buffer (zero without `config.amax`).
-fn forward<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: WordMatrix,
-    params: ActivationParams,
-    config: ActivationConfig,
-) -> Result<(Handle, Handle), KernelError> {
     require_pairs(&h, "activation input")?;
     let cols = require_width(&h, config.gated)?;
     let out_matrix = WordMatrix {
@@ -402,11 +368,7 @@ fn forward<R: Runtime>(
         cols,
         kind: h.kind,
     };
-    let (out, out_words) = if config.store {
-        (client.empty(out_matrix.bytes()), out_matrix.words())
-    } else {
-        (client.empty(16), 4)
-    };
+    let out = client.empty(out_matrix.bytes());
     let amax = filled(client, 1, 0);
     unsafe {
         activation_forward_kernel::launch_unchecked::<R>(
@@ -414,7 +376,7 @@ fn forward<R: Runtime>(
             act_grid(h.rows, cols),
             CubeDim::new_1d(ACT_UNITS as u32),
             h.arg(),
-            arg(&out, out_words),
+            arg(&out, out_matrix.words()),
             arg(&amax, 1),
             h.rows,
             cols,
@@ -424,7 +386,7 @@ fn forward<R: Runtime>(
             config,
         )
     };
-    Ok((out, amax))
+    Ok((out, config.amax.then_some(amax)))
 }
 
 /// What the activation backward writes.

@@ -14,11 +14,10 @@ use crate::dequantize::{
     dequantize_nvfp4_kernel,
 };
 use crate::flags;
-use crate::activation::{ActivationConfig, ActivationParams};
+use crate::activation::ActivationParams;
 use crate::fp8::{
     fp8_cast_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS,
 };
-use crate::norm::WordMatrix;
 use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
 use crate::mxfp8::{
     mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
@@ -487,19 +486,20 @@ pub fn quantize_fp8_tensor_gathered<R: Runtime>(
     fp8_cast(client, x, fp8, scaling, directions, groups, shared_scale, gather, None)
 }
 
-/// FP8 per-tensor quantization of a LayerNormMLP's fc2 input straight from fc1's output
-/// `h [rows, F']` (`F' = 2F` when gated): the codes, scale and amax of `activation_forward`
-/// followed by `quantize_fp8_tensor` on its `[rows, F]` output, in one read of `h` and without
-/// that output in memory. Current scaling first takes the activation's amax in a pass of its
-/// own (`activation_amax`: a read of `h`, no write).
+/// FP8 per-tensor quantization with a known scale (delayed scaling) of a LayerNormMLP's fc2
+/// input straight from fc1's output `h [rows, F']` (`F' = 2F` when gated): the codes, scale and
+/// amax of `activation_forward` followed by `quantize_fp8_tensor` on its `[rows, F]` output, in
+/// one read of `h` and without that output in memory.
 pub fn quantize_fp8_tensor_activated<R: Runtime>(
     client: &ComputeClient<R>,
     h: InputMatrix,
     activation: (Fp8Prologue, ActivationParams),
     fp8: Fp8Kind,
-    scaling: TensorScaling,
+    scale: StateColumns,
+    history: Option<StateColumns>,
     directions: Directions,
 ) -> Result<QuantizeOutput, KernelError> {
+    let scaling = TensorScaling::Delayed { scale, history };
     fp8_cast(client, h, fp8, scaling, directions, None, false, None, Some(activation))
 }
 
@@ -556,10 +556,9 @@ fn fp8_cast<R: Runtime>(
     // The scales or amaxes the scale comes from: group g's is word `first + g * stride`.
     let (scale_source, from_amax, rule, amax_out) = match scaling {
         TensorScaling::Current { rule } => {
-            let amax = match (groups, prologue) {
-                (Some(g), _) => group_amax_gathered(client, x, g, false, gather)?.0,
-                (None, Some((p, params))) => activation_amax(client, x, p, params)?,
-                (None, None) => amax(client, x)?,
+            let amax = match groups {
+                Some(g) => group_amax_gathered(client, x, g, false, gather)?.0,
+                None => amax(client, x)?,
             };
             ((amax.clone(), 0, 1), true, rule, amax)
         }
@@ -1346,32 +1345,4 @@ pub fn wait_flag<R: Runtime>(
             max_polls,
         )
     };
-}
-
-/// `activation::activation_amax` of the matrix `h` under `prologue`'s activation.
-fn activation_amax<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: InputMatrix,
-    prologue: Fp8Prologue,
-    params: ActivationParams,
-) -> Result<Handle, KernelError> {
-    crate::activation::activation_amax(
-        client,
-        WordMatrix {
-            handle: h.handle,
-            rows: h.rows,
-            cols: h.cols,
-            kind: h.kind,
-        },
-        params,
-        ActivationConfig {
-            kind: h.kind,
-            act: prologue.act,
-            gated: prologue.gated,
-            clamped_gate: prologue.clamped_gate,
-            amax: true,
-            store: false,
-            dbias: false,
-        },
-    )
 }

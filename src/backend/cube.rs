@@ -1566,13 +1566,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     }
 
     /// One launch of the FP8 cast with the activation as its prologue
-    /// (`kernels::quantize_fp8_tensor_activated`), after the activation's amax pass under
-    /// current scaling.
-    fn lowp_activation_quantize(
+    /// (`kernels::quantize_fp8_tensor_activated`).
+    fn lowp_activation_quantize_fp8_with_scale(
         h: FloatTensor<Self>,
         spec: &crate::ops::activation::ActivationSpec,
-        cast: super::ActivationCast<Self>,
+        fp8: Fp8Format,
+        scale: super::ScaleColumns<Self>,
         usage: Usage,
+        record: Option<super::AmaxHistoryColumns<Self>>,
     ) -> Result<Option<QuantizedTensor<Self>>> {
         let (rows, h_cols) = matrix_dims(&h.shape().as_slice());
         let gated = spec.activation.is_gated();
@@ -1584,13 +1585,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             ));
         }
         let cols = if gated { h_cols / 2 } else { h_cols };
-        let fp8 = match &cast {
-            super::ActivationCast::Current(FormatConfig::Fp8Current(c)) => c.fp8,
-            super::ActivationCast::Current(_) => return Ok(None),
-            super::ActivationCast::Delayed { fp8, .. } => *fp8,
-        };
         let format = QuantFormat::Fp8Tensor { fp8 };
         check_shape("activation output", rows, cols, &format)?;
+        let history = history_row(record, 1)?;
+        let scale = StateTarget::scales(scale, 1)?;
         let kind = elem_kind(h.dtype, "activation input")?;
         let h = prepare(h);
         let client = h.client.clone();
@@ -1613,35 +1611,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             rowwise: usage.rowwise,
             columnwise: usage.columnwise,
         };
-        let out = match cast {
-            super::ActivationCast::Current(FormatConfig::Fp8Current(c)) => {
-                let rule = current_scaling_rule(&c);
-                kernels::quantize_fp8_tensor_activated(
-                    &client,
-                    input,
-                    prologue,
-                    rule.fp8,
-                    kernels::TensorScaling::Current { rule },
-                    directions,
-                )
-            }
-            super::ActivationCast::Current(_) => unreachable!("answered above"),
-            super::ActivationCast::Delayed { scale, record, .. } => {
-                let history = history_row(record, 1)?;
-                let scale = StateTarget::scales(scale, 1)?;
-                kernels::quantize_fp8_tensor_activated(
-                    &client,
-                    input,
-                    prologue,
-                    fp8_kind(fp8),
-                    kernels::TensorScaling::Delayed {
-                        scale: scale.kernel_arg(),
-                        history: history.as_ref().map(|h| h.kernel_arg()),
-                    },
-                    directions,
-                )
-            }
-        }
+        let out = kernels::quantize_fp8_tensor_activated(
+            &client,
+            input,
+            prologue,
+            fp8_kind(fp8),
+            scale.kernel_arg(),
+            history.as_ref().map(|h| h.kernel_arg()),
+            directions,
+        )
         .map_err(kernel_error("activation input"))?;
         Ok(Some(wrap(&client, &device, out, format, (rows, cols), false, 1)))
     }

@@ -171,7 +171,6 @@ fn activation_config(
         gated: spec.activation.is_gated(),
         clamped_gate: spec.activation == crate::ops::activation::Activation::ClampedSwiglu,
         amax,
-        store: true,
         dbias,
     }
 }

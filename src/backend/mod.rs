@@ -61,19 +61,6 @@ pub struct AmaxHistoryColumns<B: Backend> {
     pub stride: usize,
 }
 
-/// How `LowpBackend::lowp_activation_quantize` scales the activation it quantizes: FP8 current
-/// scaling (its format config; the activation's amax is taken first), or delayed scaling from a
-/// module's scale column, recording the amax as `quantize_fp8_with_scale` does.
-#[derive(Clone, Debug)]
-pub enum ActivationCast<B: Backend> {
-    Current(FormatConfig),
-    Delayed {
-        fp8: Fp8Format,
-        scale: ScaleColumns<B>,
-        record: Option<AmaxHistoryColumns<B>>,
-    },
-}
-
 /// The last of `count` state columns `first + g * stride` (scales or history), or `None` for no
 /// columns or an index past `usize`: one rule for every check of a cast's state columns.
 pub(crate) fn last_column(first: usize, stride: usize, count: usize) -> Option<usize> {
@@ -480,17 +467,20 @@ pub trait LowpBackend: Backend {
         })
     }
 
-    /// A LayerNormMLP's fc2 input in one pass where the backend fuses it: the activation of
-    /// `h [rows, F']` quantized FP8 per-tensor as `cast` says, in the representations of `usage`,
-    /// bit for bit `lowp_activation_forward` followed by `quantize_fp8_current_with_amax` (with
-    /// the activation's amax) or `quantize_fp8_with_scale` on its output, without that output in
-    /// memory. `None` where the backend has no such kernel: the caller runs the two. The
-    /// default has none.
-    fn lowp_activation_quantize(
+    /// A LayerNormMLP's fc2 input under FP8 delayed scaling in one pass where the backend fuses
+    /// it: the activation of `h [rows, F']` quantized with the given scale as
+    /// `quantize_fp8_with_scale` does (recording the amax into `record` where
+    /// `delayed_amax_in_place`), in the representations of `usage`, bit for bit
+    /// `lowp_activation_forward` followed by `quantize_fp8_with_scale` on its output, without that
+    /// output in memory. `None` where the backend has no such kernel: the caller runs the two.
+    /// The default has none.
+    fn lowp_activation_quantize_fp8_with_scale(
         _h: FloatTensor<Self>,
         _spec: &crate::ops::activation::ActivationSpec,
-        _cast: ActivationCast<Self>,
+        _fp8: Fp8Format,
+        _scale: ScaleColumns<Self>,
         _usage: Usage,
+        _record: Option<AmaxHistoryColumns<Self>>,
     ) -> Result<Option<QuantizedTensor<Self>>> {
         Ok(None)
     }

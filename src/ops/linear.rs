@@ -22,7 +22,7 @@ use super::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
 use crate::backend::{
-    ActivationCast, AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend,
+    AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend,
     ScaleColumns,
 };
 use crate::error::{LowpError, Result};
@@ -150,30 +150,32 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
 
 impl<Q: LowpBackend> OperandQuantizer<Q> {
     /// The activation of `h` (`spec`) quantized by this quantizer in one pass, where the backend
-    /// fuses the activation into its FP8 per-tensor cast (`LowpBackend::lowp_activation_quantize`)
-    /// and that pays: delayed scaling, whose scale is known before the read. `None` otherwise,
-    /// and the caller runs the activation and then this quantizer (the same codes). Current
-    /// scaling stays with the two passes: its fused form needs the activation's amax first, so
-    /// it computes the activation twice, and measured slower on an H200 (gelu at 8192 x 16384:
-    /// 416 us for the amax pass and the fused cast against 392 us for the activation pass and
-    /// the cast; `mlp_pass` in `benches/layernorm_mlp.rs`).
+    /// fuses the activation into its FP8 cast with a known scale
+    /// (`LowpBackend::lowp_activation_quantize_fp8_with_scale`): delayed scaling. `None`
+    /// otherwise, and the caller runs the activation and then this quantizer (the same codes).
+    /// Current scaling stays with the two passes: a fused form needs the activation's amax
+    /// first, so it computes the activation twice, and measured slower (gelu at 8192 x 16384:
+    /// 423 us for an amax pass and the fused cast against 388 us for the activation pass and
+    /// the cast on an H200; `benches/results/turns-h100/h200-final/mlp-pass.jsonl`).
     pub fn quantize_activation(
         &self,
         h: FloatTensor<Q>,
         spec: &ActivationSpec,
         usage: Usage,
     ) -> Result<Option<QuantizedTensor<Q>>> {
-        let cast = match (&self.spec, &self.delayed) {
-            (QuantizerSpec::Fp8Delayed(_), Some(d)) => ActivationCast::Delayed {
-                fp8: d.fp8,
-                scale: d.scale.clone(),
-                record: d.sink.in_place(),
-            },
-            _ => return Ok(None),
+        let (QuantizerSpec::Fp8Delayed(_), Some(d)) = (&self.spec, &self.delayed) else {
+            return Ok(None);
         };
-        let q = Q::lowp_activation_quantize(h, spec, cast, usage)?;
-        if let (Some(q), Some(delayed)) = (&q, &self.delayed) {
-            delayed.sink.after_cast(q, usage, 1)?;
+        let q = Q::lowp_activation_quantize_fp8_with_scale(
+            h,
+            spec,
+            d.fp8,
+            d.scale.clone(),
+            usage,
+            d.sink.in_place(),
+        )?;
+        if let Some(q) = &q {
+            d.sink.after_cast(q, usage, 1)?;
         }
         Ok(q)
     }

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use burn::tensor::ops::FloatTensor;
-use burn_lowp::backend::{ActivationCast, AmaxHistoryColumns, LowpBackend, NormSpec, ScaleColumns};
+use burn_lowp::backend::{AmaxHistoryColumns, LowpBackend, NormSpec, ScaleColumns};
 use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, HostMatrix, InputDtype, Usage};
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
 
@@ -365,12 +365,11 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
     }
 }
 
-/// fc2's input in one pass (`lowp_activation_quantize`: the activation as the FP8 cast's
-/// prologue) equals the activation pass followed by the quantizer bit for bit: codes and scales in
-/// both directions under current scaling (the unfused twin quantizes with the activation's fused
-/// amax where there is one), and under delayed scaling also the amax folded into the history row,
-/// every activation and dtype, a scale that saturates some values. Backends without the fused
-/// kernel (NdArray) answer `None`.
+/// fc2's input under delayed scaling in one pass (`lowp_activation_quantize_fp8_with_scale`:
+/// the activation as the FP8 cast's prologue) equals the activation pass followed by
+/// `quantize_fp8_with_scale` bit for bit: codes and scales in both directions and the amax folded
+/// into the history row, every activation and dtype, a scale that saturates some values.
+/// Backends without the fused kernel (NdArray) answer `None`.
 pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
     let params = ActivationParams {
         limit: 3.0,
@@ -380,7 +379,6 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
         rowwise: true,
         columnwise: true,
     };
-    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
     for &dtype in dtypes {
         for act in Activation::ALL {
             for (rows, f) in SHAPES {
@@ -391,25 +389,7 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 let fwd = B::lowp_activation_forward(upload::<B>(&h, device), &spec, true).unwrap();
                 let y = read_f32::<B>(fwd.y.clone());
 
-                // Current scaling.
-                let twin = match &fwd.amax {
-                    Some(amax) => B::quantize_fp8_current_with_amax(fwd.y.clone(), &config, amax, usage),
-                    None => B::lowp_quantize(fwd.y.clone(), &config, usage, false),
-                }
-                .unwrap();
-                let fused =
-                    B::lowp_activation_quantize(upload::<B>(&h, device), &spec, ActivationCast::Current(config.clone()), usage)
-                        .unwrap();
-                assert_eq!(fused.is_some(), kernels, "{context}: fused exactly where the kernels run");
-                if let Some(fused) = fused {
-                    assert_bit_equal(
-                        &fused.to_host().unwrap(),
-                        &twin.to_host().unwrap(),
-                        &format!("{context}: current scaling, fused activation cast"),
-                    );
-                }
-
-                // Delayed scaling: scale column 1 of three (decoys around it), history row 0
+                // Scale column 1 of three (decoys around it), history row 0
                 // column 2 of three; the scale puts the top fifth of the range past E4M3's 448.
                 let scale = 448.0 / (0.8 * host_amax(&y).max(1e-6));
                 let scales = || ScaleColumns {
@@ -432,18 +412,21 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 let twin =
                     B::quantize_fp8_with_scale(fwd.y.clone(), Fp8Format::E4M3, scales(), usage, record(&twin_history))
                         .unwrap();
-                let cast = ActivationCast::Delayed {
-                    fp8: Fp8Format::E4M3,
-                    scale: scales(),
-                    record: record(&fused_history),
-                };
-                let fused = B::lowp_activation_quantize(upload::<B>(&h, device), &spec, cast, usage).unwrap();
+                let fused = B::lowp_activation_quantize_fp8_with_scale(
+                    upload::<B>(&h, device),
+                    &spec,
+                    Fp8Format::E4M3,
+                    scales(),
+                    usage,
+                    record(&fused_history),
+                )
+                .unwrap();
                 assert_eq!(fused.is_some(), kernels, "{context}: fused exactly where the kernels run");
                 if let Some(fused) = fused {
                     assert_bit_equal(
                         &fused.to_host().unwrap(),
                         &twin.to_host().unwrap(),
-                        &format!("{context}: delayed scaling, fused activation cast"),
+                        &format!("{context}: fused activation cast"),
                     );
                     let (got, want) = (read_f32::<B>(fused_history), read_f32::<B>(twin_history));
                     assert_eq!(got, want, "{context}: the amax recorded into the history");
@@ -467,20 +450,14 @@ pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bo
     let e = B::lowp_activation_forward(upload::<B>(&x, device), &spec, false).err().expect("odd width refused");
     assert!(e.to_string().contains("even"), "{e}");
     // The fused activation cast: a gated input of odd width, and an output FP8 cannot block.
-    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
-    let cast = || ActivationCast::<B>::Current(config.clone());
-    let swiglu = ActivationSpec {
-        activation: Activation::Swiglu,
-        params: ActivationParams::default(),
+    let fused_cast = |h: &HostMatrix| {
+        let scale = ScaleColumns::whole(vector::<B>(vec![1.0], InputDtype::F32, device));
+        B::lowp_activation_quantize_fp8_with_scale(upload::<B>(h, device), &spec, Fp8Format::E4M3, scale, Usage::ROWWISE, None)
     };
-    let e = B::lowp_activation_quantize(upload::<B>(&x, device), &swiglu, cast(), Usage::ROWWISE)
-        .err()
-        .expect("odd gated width refused");
+    let e = fused_cast(&x).err().expect("odd gated width refused");
     assert!(e.to_string().contains("two halves"), "{e}");
     let narrow = matrix(16, 24, InputDtype::F32, 0.0, 1.0, 6);
-    let e = B::lowp_activation_quantize(upload::<B>(&narrow, device), &swiglu, cast(), Usage::ROWWISE)
-        .err()
-        .expect("an output of 12 columns refused");
+    let e = fused_cast(&narrow).err().expect("an output of 12 columns refused");
     assert!(e.to_string().contains("activation output"), "{e}");
     let e = B::lowp_norm_forward(
         upload::<B>(&x, device),
