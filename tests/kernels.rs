@@ -33,7 +33,7 @@ mod ndarray {
     use burn_lowp::format::InputDtype;
     crate::suite::kernel_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
     crate::norm_act::norm_act_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
-    crate::stats::stats_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
+    crate::stats::stats_suite!(NdArray, Some(Default::default()), [InputDtype::F32], false);
     crate::fused::fused_suite!(NdArray, Some(Default::default()), [InputDtype::F32], true);
     crate::routing::routing_suite!(NdArray, Some(Default::default()), [InputDtype::F32]);
 }
@@ -70,7 +70,8 @@ mod wgpu {
     crate::stats::stats_suite!(
         Backend,
         device(),
-        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
+        true
     );
     // The AdamW check's Burn-op twin casts to f32 with Burn's kernels, which have no bf16 on
     // wgpu (training on wgpu uses f32 parameters).
@@ -109,7 +110,8 @@ mod cuda {
     crate::stats::stats_suite!(
         Backend,
         device(),
-        [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
+        [InputDtype::F32, InputDtype::F16, InputDtype::BF16],
+        true
     );
     crate::fused::fused_suite!(
         Backend,

@@ -1077,7 +1077,7 @@ pub enum Fp8Scales {
 
 impl Fp8Scales {
     /// Storage rows one scale covers: 0 for one tensor scale, else 1 (1x128) or 128 (128x128).
-    fn rows_per_block(self) -> usize {
+    pub(crate) fn rows_per_block(self) -> usize {
         match self {
             Fp8Scales::Tensor => 0,
             Fp8Scales::Block1x128 => 1,

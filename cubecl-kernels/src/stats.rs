@@ -11,13 +11,22 @@
 //! (delayed scaling's `fp8_max · scale_inv`, one f32 per group on the device) it counts
 //! `|x| > limit`.
 //!
+//! The quantized copy can also come as FP8 codes (per-tensor or block scales, one group or the
+//! groups of a grouped tensor), decoded in the pass exactly as `dequantize_fp8_kernel` and
+//! `dequantize_fp8_grouped_kernel` decode them, with the per-tensor overflow limit
+//! `fp8_max · scale_inv` formed in the pass as the debug layer forms it on the host side
+//! (`StatsError::Fp8Codes`). The records are then bit-equal to those of the dequantized copy, and
+//! a debug observation saves the dequantize launch, its f32 copy and the limit's launches: a
+//! sampling step of the MoE example is bound by how many launches it hands CubeCL's device thread.
+//!
 //! Grouped tensors (an MoE layer's experts, one launch for all of them): with row labels (the
 //! group of each row, `groups` or more for padding rows, which fold nothing) every tile writes the
 //! group it belongs to (`GROUP`) and how many elements it folded (`ELEMENTS`), so the host splits
 //! the partials per group after the read without knowing the split sizes when it launches. Tiles
 //! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
-use crate::codec::ElemKind;
+use crate::codec::{decode_fp8, ElemKind, Fp8Kind};
+use crate::launch::{Fp8Scales, RowGroups};
 use crate::pairs::load_pair;
 use crate::reduce::{cube_max_f32, cube_sum};
 use cubecl::prelude::*;
@@ -145,26 +154,81 @@ fn cube_fold_fields(
     fields[LN_RANGE_2D] = cube_max_f32(acc[LN_RANGE_2D], scratch, STATS_TILE);
 }
 
+/// Element `(r, c)` of the quantized copy as FP8 codes decode it: codes and scales laid out as
+/// `dequantize_fp8_grouped_kernel` reads them (group g's rows `start .. start + len`, `local` the
+/// row within its group; one group of `code_rows` rows when ungrouped), the same decode and the
+/// same f32 product. `opaque` is 0 at run time: OR-ing it into the product's bits hides the
+/// product from the compiler, which would otherwise contract it with the subtraction in
+/// `fold_error` into one FMA (one rounding where the dequantized copy rounds twice).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn decoded_fp8(
+    codes: &Array<u32>,
+    scales: &Array<f32>,
+    r: usize,
+    c: usize,
+    cols: usize,
+    g: usize,
+    start: usize,
+    len: usize,
+    opaque: u32,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] scale_rows_per_block: usize,
+    #[comptime] transposed: bool,
+) -> f32 {
+    let local = r - start;
+    let mut code = r * cols + c;
+    let mut scale_index = g;
+    if comptime![transposed] {
+        code = start * cols + c * len + local;
+        if comptime![scale_rows_per_block > 0] {
+            scale_index = (start / 128) * (cols / scale_rows_per_block)
+                + (c / scale_rows_per_block) * (len / 128)
+                + local / 128;
+        }
+    } else if comptime![scale_rows_per_block > 0] {
+        scale_index = (r / scale_rows_per_block) * (cols / 128) + c / 128;
+    }
+    let bits = (codes[code / 4] >> (8 * (code % 4)) as u32) & 0xFFu32;
+    let value = decode_fp8(bits, fp8) * scales[scale_index];
+    f32::reinterpret(u32::reinterpret(value) | opaque)
+}
+
 /// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
-/// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out) and
-/// `limit` holds one overflow limit per group; without, every row is group 0.
+/// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out);
+/// without, every row is group 0. With `with_error`, the quantized copy: when not `decoded`,
+/// `error_values` holds its f32 bits in x's layout and `error_scales` one overflow limit per
+/// group; when `decoded`, `error_values` holds FP8 codes and `error_scales` their f32 scales
+/// (`decoded_fp8`; groups from `group_start` / `group_len` when `labelled`, else one group of
+/// `code_rows` rows), and the limit of a per-tensor scale is `fp8_max · scale_inv` (none for
+/// block scales).
 /// `infinity` is +inf, passed in: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
 /// `float(inf)` and a reinterpreted constant as a cast of an rvalue, both of which NVRTC rejects.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 pub fn tensor_stats_kernel(
     input: &Array<u32>,
-    dequantized: &Array<f32>,
-    limit: &Array<f32>,
+    error_values: &Array<u32>,
+    error_scales: &Array<f32>,
     row_group: &Array<u32>,
+    group_start: &Array<u32>,
+    group_len: &Array<u32>,
     out: &mut Array<f32>,
     rows: usize,
     cols: usize,
     tiles: usize,
     groups: usize,
+    code_rows: usize,
+    fp8_max: f32,
+    opaque: u32,
     infinity: f32,
     #[comptime] kind: ElemKind,
     #[comptime] with_error: bool,
     #[comptime] labelled: bool,
+    #[comptime] decoded: bool,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] scale_rows_per_block: usize,
+    #[comptime] transposed: bool,
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
@@ -189,13 +253,47 @@ pub fn tensor_stats_kernel(
     if tile < tiles && group < groups {
         let base = row * cols;
         acc[ELEMENTS] = f32::cast_from(end - first);
+        // The decoded copy's group rows and overflow limit.
+        let mut start = 0usize;
+        let mut len = code_rows;
+        let mut limit = infinity;
+        if comptime![with_error] {
+            if comptime![decoded] {
+                if comptime![labelled] {
+                    start = usize::cast_from(group_start[group]);
+                    len = usize::cast_from(group_len[group]);
+                }
+                if comptime![scale_rows_per_block == 0] {
+                    limit = error_scales[group] * fp8_max;
+                }
+            } else {
+                limit = error_scales[group];
+            }
+        }
         for c in range_stepped(first, end, 2usize) {
             let (a, b) = load_pair(input, base + c, kind);
             fold_value(a, &mut acc);
             fold_value(b, &mut acc);
             if comptime![with_error] {
-                fold_error(a, dequantized[base + c], limit[group], infinity, &mut acc);
-                fold_error(b, dequantized[base + c + 1], limit[group], infinity, &mut acc);
+                let (da, db) = if comptime![decoded] {
+                    (
+                        decoded_fp8(
+                            error_values, error_scales, row, c, cols, group, start, len, opaque,
+                            fp8, scale_rows_per_block, transposed,
+                        ),
+                        decoded_fp8(
+                            error_values, error_scales, row, c + 1, cols, group, start, len, opaque,
+                            fp8, scale_rows_per_block, transposed,
+                        ),
+                    )
+                } else {
+                    (
+                        f32::reinterpret(error_values[base + c]),
+                        f32::reinterpret(error_values[base + c + 1]),
+                    )
+                };
+                fold_error(a, da, limit, infinity, &mut acc);
+                fold_error(b, db, limit, infinity, &mut acc);
             }
         }
     }
@@ -324,13 +422,37 @@ pub struct RowLabels<'a> {
     pub count: usize,
 }
 
+/// The quantized copy a statistics pass measures `x` against.
+#[derive(Clone, Copy)]
+pub enum StatsError<'a> {
+    /// The f32 dequantized copy (x's layout) and the f32 overflow limits (one, or one per group
+    /// with labels).
+    Dequantized {
+        values: &'a cubecl::server::Handle,
+        limits: &'a cubecl::server::Handle,
+    },
+    /// FP8 codes and their f32 scales, laid out as `dequantize_fp8_grouped` reads them (its
+    /// groups with labels; else one group of `code_rows` storage rows), decoded in the pass; the
+    /// overflow limit of a per-tensor scale is `fp8_max · scale_inv`, block scales have none.
+    Fp8Codes {
+        codes: &'a cubecl::server::Handle,
+        scales: &'a cubecl::server::Handle,
+        groups: Option<RowGroups<'a>>,
+        code_rows: usize,
+        fp8: Fp8Kind,
+        fp8_max: f32,
+        scales_kind: Fp8Scales,
+        transposed: bool,
+    },
+}
+
 /// The f32 `[records, STAT_FIELDS]` partial statistics of `x` (`cols` even; `stats_records`):
-/// the tiles of one launch folded into records by a second; with `error`, the dequantized f32
-/// copy of `x` (same layout) and the overflow limits (one f32, or one per group with `labels`).
+/// the tiles of one launch folded into records by a second; with `error`, the quantization terms
+/// against that copy.
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
-    error: Option<(&cubecl::server::Handle, &cubecl::server::Handle)>,
+    error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
 ) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
@@ -345,13 +467,44 @@ pub fn tensor_stats<R: Runtime>(
     let words = elements * x.kind.bytes() / 4;
     let dummy = client.empty(16);
     let groups = labels.map_or(1, |l| l.count);
-    let (dequantized, limit, dq_len) = match error {
-        Some((dq, limit)) => (dq.clone(), limit.clone(), elements),
-        None => (dummy.clone(), dummy.clone(), 1),
-    };
     let (row_group, label_len) = match labels {
         Some(l) => (l.row_group.clone(), x.rows),
-        None => (dummy, 1),
+        None => (dummy.clone(), 1),
+    };
+    // The comptime decode (decoded, fp8, rows per scale block, transposed) and its arguments.
+    let mut decode = (false, Fp8Kind::E4M3, 0usize, false);
+    let (mut start, mut len) = ((dummy.clone(), 1usize), (dummy.clone(), 1usize));
+    let (mut code_rows, mut fp8_max) = (x.rows, 0.0f32);
+    let ((values, value_words), (scales, scale_len)) = match error {
+        None => ((dummy.clone(), 1), (dummy.clone(), 1)),
+        Some(StatsError::Dequantized { values, limits }) => ((values.clone(), elements), (limits.clone(), groups)),
+        Some(StatsError::Fp8Codes {
+            codes,
+            scales,
+            groups: code_groups,
+            code_rows: rows_of_codes,
+            fp8,
+            fp8_max: max,
+            scales_kind,
+            transposed,
+        }) => {
+            if code_groups.is_some() != labels.is_some() || rows_of_codes < x.rows {
+                return Err(crate::launch::KernelError {
+                    value: format!("{} code rows, grouped codes {}, labels {}", rows_of_codes, code_groups.is_some(), labels.is_some()),
+                    rule: "decoded statistics need codes for every row of x, grouped exactly when the rows are labelled".into(),
+                });
+            }
+            let spb = scales_kind.rows_per_block();
+            if let Some(g) = code_groups {
+                start = (g.start.clone(), g.count);
+                len = (g.rows.clone(), g.count);
+            }
+            decode = (true, fp8, spb, transposed);
+            code_rows = rows_of_codes;
+            fp8_max = max;
+            let scale_words = if spb == 0 { groups } else { rows_of_codes * x.cols / (128 * spb) };
+            ((codes.clone(), (rows_of_codes * x.cols).div_ceil(4)), (scales.clone(), scale_words.max(1)))
+        }
     };
     unsafe {
         tensor_stats_kernel::launch_unchecked::<R>(
@@ -359,18 +512,27 @@ pub fn tensor_stats<R: Runtime>(
             cubecl::server::CubeCountSelection::new(client, tiles as u32).cube_count(),
             CubeDim::new_1d(STATS_TILE as u32),
             ArrayArg::from_raw_parts(x.handle.clone(), words),
-            ArrayArg::from_raw_parts(dequantized, dq_len),
-            ArrayArg::from_raw_parts(limit, if error.is_some() { groups } else { 1 }),
+            ArrayArg::from_raw_parts(values, value_words),
+            ArrayArg::from_raw_parts(scales, scale_len),
             ArrayArg::from_raw_parts(row_group, label_len),
+            ArrayArg::from_raw_parts(start.0, start.1),
+            ArrayArg::from_raw_parts(len.0, len.1),
             ArrayArg::from_raw_parts(tile_partials.clone(), tiles * STAT_FIELDS),
             x.rows,
             x.cols,
             tiles,
             groups,
+            code_rows,
+            fp8_max,
+            0u32,
             f32::INFINITY,
             x.kind,
             error.is_some(),
             labels.is_some(),
+            decode.0,
+            decode.1,
+            decode.2,
+            decode.3,
         )
     };
     let records = stats_records(x.rows, x.cols);

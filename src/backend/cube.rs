@@ -1524,7 +1524,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let handle = kernels::stats::tensor_stats(
             &client,
             input,
-            error.as_ref().map(|(dq, limit)| (&dq.handle, &limit.handle)),
+            error.as_ref().map(|(dq, limit)| kernels::stats::StatsError::Dequantized {
+                values: &dq.handle,
+                limits: &limit.handle,
+            }),
             labels.as_ref().map(|(row_group, count)| kernels::stats::RowLabels {
                 row_group: &row_group.handle,
                 count: *count,
@@ -1533,6 +1536,70 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
         let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
         Ok(bytes(&client, &x.device, handle, len))
+    }
+
+    fn lowp_quantization_stats(
+        x: FloatTensor<Self>,
+        q: &QuantizedTensor<Self>,
+        direction: Direction,
+        grouped: Option<(&Groups<Self>, IntTensor<Self>)>,
+    ) -> Result<Option<Self::Bytes>> {
+        let Some(Storage::Quantized(storage)) = q.storage(direction) else {
+            return Ok(None);
+        };
+        let (fp8, scales_kind, scales) = match (&storage.format, &storage.scales) {
+            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => (*fp8, kernels::Fp8Scales::Tensor, s),
+            (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
+                let kind = match block {
+                    BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
+                    BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
+                };
+                (*fp8, kind, bytes)
+            }
+            _ => return Ok(None),
+        };
+        let (rows, cols) = matrix_dims(&x.shape().as_slice());
+        if rows == 0 || cols % 2 != 0 || cols != q.cols || rows > q.rows {
+            return Ok(None);
+        }
+        let kind = elem_kind(x.dtype, "debug statistics input")?;
+        let x = prepare(x);
+        let client = x.client.clone();
+        let labels = grouped
+            .as_ref()
+            .map(|(groups, row_group)| (i32_labels::<R, F, I, BT>(row_group.clone()), groups.count));
+        let input = InputMatrix {
+            handle: &x.handle,
+            rows,
+            cols,
+            kind,
+        };
+        let error = kernels::stats::StatsError::Fp8Codes {
+            codes: &storage.codes.handle,
+            scales: &scales.handle,
+            groups: grouped.as_ref().map(|(groups, _)| RowGroups {
+                start: &groups.start.handle,
+                rows: &groups.len.handle,
+                count: groups.count,
+            }),
+            code_rows: q.rows,
+            fp8: fp8_kind(fp8),
+            fp8_max: fp8.max(),
+            scales_kind,
+            transposed: direction == Direction::Columnwise,
+        };
+        let handle = kernels::stats::tensor_stats(
+            &client,
+            input,
+            Some(error),
+            labels.as_ref().map(|(row_group, count)| kernels::stats::RowLabels {
+                row_group: &row_group.handle,
+                count: *count,
+            }),
+        )
+        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
+        let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
+        Ok(Some(bytes(&client, &x.device, handle, len)))
     }
 
     fn lowp_norm_forward(

@@ -447,16 +447,27 @@ impl LayerDebug {
                 })
             }
         };
-        if let Some(l) = f
-            .log_tensor_stats
-            .as_ref()
-            .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
-        {
-            let x = self.data_view::<Q>(tensor, x.clone());
-            let partials = Q::lowp_tensor_stats(x, None, labels.clone())?;
+        // The tensor's own statistics. The records of a pass against a quantized copy hold them
+        // too (the same fold of the same values beside the error terms), so a tensor measured
+        // against its copy takes them from that pass instead of a pass of its own.
+        let log_tensor = |batch: &mut ReadBatch<Q>, error_pass: Option<Q::Bytes>| -> Result<()> {
+            let Some(l) = f
+                .log_tensor_stats
+                .as_ref()
+                .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
+            else {
+                return Ok(());
+            };
+            let partials = match error_pass {
+                Some(p) => p,
+                None => Q::lowp_tensor_stats(self.data_view::<Q>(tensor, x.clone()), None, labels.clone())?,
+            };
             self.add_read(batch, vec![partials], experts, None, to_stats(StatsRead::Tensor(l.stats.clone())));
-        }
-        let Some(q) = quantized else { return Ok(()) };
+            Ok(())
+        };
+        let Some(q) = quantized else {
+            return log_tensor(batch, None);
+        };
         // The error partials of `q`'s copies, computed once per direction for the quantized
         // statistics and the AutoswitchGemm metrics (a dequantize and a statistics pass each).
         let mut own: Vec<(Direction, ErrorPartials<Q>)> = Vec::new();
@@ -544,7 +555,7 @@ impl LayerDebug {
                 }
             }
         }
-        Ok(())
+        log_tensor(batch, own.first().map(|(_, (partials, _))| partials.clone()))
     }
 
     /// Partials of `x` against `q`'s `direction` copy (with the delayed-scaling overflow limit
@@ -558,25 +569,31 @@ impl LayerDebug {
         experts: Option<&ExpertRows<Q>>,
     ) -> Result<ErrorPartials<Q>> {
         let storage = q.quantized(direction)?;
+        let scales = match (&storage.format, &storage.scales) {
+            (QuantFormat::Fp8Tensor { .. }, StorageScales::TensorScaleInv(s)) => Some(s.clone()),
+            (_, StorageScales::BlockF32 { bytes, .. } | StorageScales::BlockBytes { bytes, .. }) => Some(bytes.clone()),
+            _ => None,
+        };
+        let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
+        // One pass that decodes the copy itself where the backend has one (FP8 copies on CubeCL
+        // backends: no dequantized copy, no launches for the limit), bit-equal to the passes below.
+        let grouped = experts.map(|e| (&e.groups, e.row_group.clone()));
+        if let Some(partials) = Q::lowp_quantization_stats(x.clone(), q, direction, grouped)? {
+            return Ok((partials, scales));
+        }
         let dequantized = match experts {
             Some(e) => Q::lowp_grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
             None => Q::lowp_dequantize(q, direction)?,
         };
-        let device = Q::float_device(x);
+        let device = Q::float_device(&x);
         let limits = experts.map_or(1, |e| e.groups.count);
-        let (limit, scales) = match (&storage.format, &storage.scales) {
+        let limit = match (&storage.format, &storage.scales) {
             (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
                 let scale_inv = Q::float_from_bytes(s, [1, limits]);
-                (
-                    Q::float_mul_scalar(scale_inv, fp8.max().into()),
-                    Some(s.clone()),
-                )
+                Q::float_mul_scalar(scale_inv, fp8.max().into())
             }
-            (_, StorageScales::BlockF32 { bytes, .. }) => (infinite::<Q>(limits, &device), Some(bytes.clone())),
-            (_, StorageScales::BlockBytes { bytes, .. }) => (infinite::<Q>(limits, &device), Some(bytes.clone())),
-            _ => (infinite::<Q>(limits, &device), None),
+            _ => infinite::<Q>(limits, &device),
         };
-        let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
         let dequantized = self.data_view::<Q>(tensor, dequantized);
         let labels = experts.map(|e| (e.row_group.clone(), e.groups.count));
         Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)), labels)?, scales))

@@ -7,7 +7,10 @@
 //! dequantized values, for every format.
 #![allow(dead_code)]
 
+use burn::tensor::ops::FloatTensor;
 use burn_lowp::backend::LowpBackend;
+use burn_lowp::format::QuantFormat;
+use burn_lowp::quant::{QuantizedTensor, StorageScales};
 use burn_lowp::debug::config::TensorStat;
 use burn_lowp::debug::stats::{self, TensorStats, STAT_FIELDS};
 use burn_lowp::format::fp8_block::BlockShape;
@@ -282,8 +285,113 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
     }
 }
 
+/// The overflow limit the debug tools measure a copy against (`debug::layer`'s unfused form):
+/// `fp8_max · scale_inv` per group for FP8 per-tensor scales, +inf for block scales.
+fn overflow_limit<B: LowpBackend>(q: &QuantizedTensor<B>, direction: Direction, groups: usize, device: &B::Device) -> FloatTensor<B> {
+    let storage = q.quantized(direction).unwrap();
+    match (&storage.format, &storage.scales) {
+        (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
+            B::float_mul_scalar(B::float_from_bytes(s, [1, groups]), fp8.max().into())
+        }
+        _ => B::float_from_bytes(&B::bytes_from_host(f32::INFINITY.to_le_bytes().repeat(groups), device), [1, groups]),
+    }
+}
+
+fn assert_bytes_equal<B: LowpBackend>(fused: &B::Bytes, unfused: &B::Bytes, context: &str) {
+    let (a, b) = (read_partials::<B>(fused), read_partials::<B>(unfused));
+    assert_eq!(a.len(), b.len(), "{context}: records");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "{context}: record {} field {}: {x} vs {y}", i / STAT_FIELDS, i % STAT_FIELDS);
+    }
+}
+
+/// The statistics pass that decodes FP8 codes itself (`lowp_quantization_stats`) equals its
+/// unfused twin (dequantize, the overflow limit from the scales, then the statistics pass) bit
+/// for bit: FP8 per-tensor and block formats, both directions, every dtype, plain tensors (also
+/// with the token rows cut short of the codes' rows, as a token tensor leaves its padding out, and
+/// measured against a copy quantized with a 4x smaller scale so that values overflow) and grouped
+/// tensors with an empty expert. Backends and formats without the pass answer `None`.
+pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], decodes: bool) {
+    let decoded = |config: &FormatConfig| {
+        decodes && matches!(config, FormatConfig::Fp8Current(_) | FormatConfig::Fp8Block(_))
+    };
+    // The FP8 formats, and one of each other family (which must answer `None`).
+    let configs: Vec<_> = crate::suite::configs()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("fp8") || *name == "mxfp8-e4m3" || *name == "nvfp4")
+        .collect();
+    for &dtype in dtypes {
+        for (name, config) in configs.clone() {
+            let (rows, cols) = match config {
+                FormatConfig::Fp8Block(_) => (256, 384),
+                FormatConfig::Mxfp8(_) => (96, 160),
+                _ => (160, 288),
+            };
+            let m = values(rows, cols, dtype, 31);
+            let quarter = HostMatrix::new("quarter", rows, cols, dtype, m.values.iter().map(|v| dtype.round(v * 0.25)).collect()).unwrap();
+            // Only per-tensor scales have an overflow limit: the smaller scale is their case.
+            let sources = if matches!(config, FormatConfig::Fp8Current(_)) { 2 } else { 1 };
+            for (source, copy_of) in [("own copy", &m), ("4x smaller scale", &quarter)].into_iter().take(sources) {
+                let q = B::lowp_quantize(B::float_from_host(copy_of, device), &config, Usage::BOTH, false).unwrap();
+                for direction in [Direction::Rowwise, Direction::Columnwise] {
+                    for data_rows in [rows, rows - 3] {
+                        let context = format!("{name} {dtype:?} {source} {direction:?} {data_rows} of {rows} rows");
+                        let xs = B::float_from_host(
+                            &HostMatrix::new("x", data_rows, cols, dtype, m.values[..data_rows * cols].to_vec()).unwrap(),
+                            device,
+                        );
+                        let fused = B::lowp_quantization_stats(xs.clone(), &q, direction, None).unwrap();
+                        if !decoded(&config) {
+                            assert!(fused.is_none(), "{context}: no decoding pass expected");
+                            continue;
+                        }
+                        let fused = fused.unwrap_or_else(|| panic!("{context}: the backend has a decoding pass"));
+                        let dq = read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap());
+                        let dq = B::float_from_host(
+                            &HostMatrix::new("dq", data_rows, cols, InputDtype::F32, dq[..data_rows * cols].to_vec()).unwrap(),
+                            device,
+                        );
+                        let unfused = B::lowp_tensor_stats(xs, Some((dq, overflow_limit::<B>(&q, direction, 1, device))), None).unwrap();
+                        assert_bytes_equal::<B>(&fused, &unfused, &context);
+                        if source != "own copy" && matches!(config, FormatConfig::Fp8Current(_)) {
+                            let overflows = TensorStats::from_partials(&read_partials::<B>(&fused)).overflows;
+                            assert!(overflows > 0.0, "{context}: the smaller scale must overflow");
+                        }
+                    }
+                }
+            }
+        }
+        // Grouped: every expert's rows of one aligned matrix, one launch.
+        let (splits, tokens, cols) = (vec![0i32, 200, 37, 63], 300usize, 256usize);
+        let count = splits.len();
+        let (xg, _) = crate::suite::grouped_input(&splits, tokens, cols, dtype, 37);
+        let layout = host_group_layout::<B>(&splits, tokens, device);
+        let xt = B::float_from_host(&xg, device);
+        for (name, config) in configs.clone() {
+            let q = match B::lowp_quantize_grouped(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()) {
+                Ok(q) => q,
+                // (A format the grouped quantize does not take is no case here.)
+                Err(_) => continue,
+            };
+            for direction in [Direction::Rowwise, Direction::Columnwise] {
+                let context = format!("grouped {name} {dtype:?} {direction:?}");
+                let labels = Some((layout.row_group.clone(), count));
+                let fused = B::lowp_quantization_stats(xt.clone(), &q, direction, Some((&layout.groups, layout.row_group.clone()))).unwrap();
+                if !decoded(&config) {
+                    assert!(fused.is_none(), "{context}: no decoding pass expected");
+                    continue;
+                }
+                let fused = fused.unwrap_or_else(|| panic!("{context}: the backend has a decoding pass"));
+                let dq = B::lowp_grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
+                let unfused = B::lowp_tensor_stats(xt.clone(), Some((dq, overflow_limit::<B>(&q, direction, count, device))), labels).unwrap();
+                assert_bytes_equal::<B>(&fused, &unfused, &context);
+            }
+        }
+    }
+}
+
 macro_rules! stats_suite {
-    ($backend:ty, $device:expr, $dtypes:expr) => {
+    ($backend:ty, $device:expr, $dtypes:expr, $decodes:expr) => {
         #[test]
         fn tensor_stats_match_the_reference_and_f64() {
             if let Some(d) = $device {
@@ -295,6 +403,13 @@ macro_rules! stats_suite {
         fn grouped_stats_equal_each_experts_own_statistics() {
             if let Some(d) = $device {
                 crate::stats::check_grouped_stats::<$backend>(&d);
+            }
+        }
+
+        #[test]
+        fn decoded_quantization_stats_equal_dequantize_then_stats() {
+            if let Some(d) = $device {
+                crate::stats::check_decoded_quantization_stats::<$backend>(&d, &$dtypes, $decodes);
             }
         }
 
