@@ -169,7 +169,7 @@ pub struct RowGroups<'a> {
 }
 
 impl RowGroups<'_> {
-    fn args<R: Runtime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
+    pub(crate) fn args<R: Runtime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
         (arg(self.start, self.count), arg(self.rows, self.count))
     }
 }
@@ -294,7 +294,7 @@ fn dummy<R: Runtime>(client: &ComputeClient<R>) -> Handle {
     client.empty(16)
 }
 
-fn arg<R: Runtime>(handle: &Handle, words: usize) -> ArrayArg<R> {
+pub(crate) fn arg<R: Runtime>(handle: &Handle, words: usize) -> ArrayArg<R> {
     unsafe { ArrayArg::from_raw_parts(handle.clone(), words.max(1)) }
 }
 

@@ -26,7 +26,7 @@
 //! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
 use crate::codec::{decode_fp8, ElemKind, Fp8Kind};
-use crate::launch::{Fp8Scales, RowGroups};
+use crate::launch::{arg, Fp8Scales, RowGroups};
 use crate::pairs::load_pair;
 use crate::reduce::{cube_max_f32, cube_sum};
 use cubecl::prelude::*;
@@ -194,14 +194,18 @@ fn decoded_fp8(
     f32::reinterpret(u32::reinterpret(value) | opaque)
 }
 
-/// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even).
+/// Partial statistics of the tiles of `input [rows, cols]` (raw words of `kind`, `cols` even),
+/// `out [copies.max(1)][tiles][STAT_FIELDS]`.
 /// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out);
-/// without, every row is group 0. With `with_error`, the quantized copy: when not `decoded`,
+/// without, every row is group 0. With `copies` 1, the quantized copy: when not `decoded`,
 /// `error_values` holds its f32 bits in x's layout and `error_scales` one overflow limit per
 /// group; when `decoded`, `error_values` holds FP8 codes and `error_scales` their f32 scales
 /// (`decoded_fp8`; groups from `group_start` / `group_len` when `labelled`, else one group of
 /// `code_rows` rows), and the limit of a per-tensor scale is `fp8_max · scale_inv` (none for
-/// block scales).
+/// block scales). With `copies` 2 (decoded only), `second_values` / `second_scales` hold a second
+/// copy, transposed where the first is not (a tensor's rowwise and columnwise copies, both
+/// measured in the one read of x): its tiles repeat the first's value fields with its own error
+/// terms, each folded exactly as a pass of its own would fold it.
 /// `infinity` is +inf, passed in: CubeCL 0.10's CUDA backend prints an infinite f32 constant as
 /// `float(inf)` and a reinterpreted constant as a cast of an rvalue, both of which NVRTC rejects.
 #[cube(launch_unchecked)]
@@ -210,6 +214,8 @@ pub fn tensor_stats_kernel(
     input: &Array<u32>,
     error_values: &Array<u32>,
     error_scales: &Array<f32>,
+    second_values: &Array<u32>,
+    second_scales: &Array<f32>,
     row_group: &Array<u32>,
     group_start: &Array<u32>,
     group_len: &Array<u32>,
@@ -223,7 +229,7 @@ pub fn tensor_stats_kernel(
     opaque: u32,
     infinity: f32,
     #[comptime] kind: ElemKind,
-    #[comptime] with_error: bool,
+    #[comptime] copies: usize,
     #[comptime] labelled: bool,
     #[comptime] decoded: bool,
     #[comptime] fp8: Fp8Kind,
@@ -233,6 +239,9 @@ pub fn tensor_stats_kernel(
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
     empty_fields(&mut acc, infinity);
+    // The second copy's error terms (in the same field slots).
+    let mut second = Array::<f32>::new(STAT_FIELDS);
+    empty_fields(&mut second, infinity);
     let tile = CUBE_POS as usize;
     let tile_cols = cols.div_ceil(STATS_TILE);
     let row = (tile / tile_cols) * STATS_TILE + UNIT_POS as usize;
@@ -253,11 +262,12 @@ pub fn tensor_stats_kernel(
     if tile < tiles && group < groups {
         let base = row * cols;
         acc[ELEMENTS] = f32::cast_from(end - first);
-        // The decoded copy's group rows and overflow limit.
+        // The decoded copies' group rows and overflow limits.
         let mut start = 0usize;
         let mut len = code_rows;
         let mut limit = infinity;
-        if comptime![with_error] {
+        let mut second_limit = infinity;
+        if comptime![copies > 0] {
             if comptime![decoded] {
                 if comptime![labelled] {
                     start = usize::cast_from(group_start[group]);
@@ -265,6 +275,9 @@ pub fn tensor_stats_kernel(
                 }
                 if comptime![scale_rows_per_block == 0] {
                     limit = error_scales[group] * fp8_max;
+                    if comptime![copies > 1] {
+                        second_limit = second_scales[group] * fp8_max;
+                    }
                 }
             } else {
                 limit = error_scales[group];
@@ -274,7 +287,7 @@ pub fn tensor_stats_kernel(
             let (a, b) = load_pair(input, base + c, kind);
             fold_value(a, &mut acc);
             fold_value(b, &mut acc);
-            if comptime![with_error] {
+            if comptime![copies > 0] {
                 let (da, db) = if comptime![decoded] {
                     (
                         decoded_fp8(
@@ -295,6 +308,18 @@ pub fn tensor_stats_kernel(
                 fold_error(a, da, limit, infinity, &mut acc);
                 fold_error(b, db, limit, infinity, &mut acc);
             }
+            if comptime![copies > 1] {
+                let sa = decoded_fp8(
+                    second_values, second_scales, row, c, cols, group, start, len, opaque,
+                    fp8, scale_rows_per_block, !transposed,
+                );
+                let sb = decoded_fp8(
+                    second_values, second_scales, row, c + 1, cols, group, start, len, opaque,
+                    fp8, scale_rows_per_block, !transposed,
+                );
+                fold_error(a, sa, second_limit, infinity, &mut second);
+                fold_error(b, sb, second_limit, infinity, &mut second);
+            }
         }
     }
     // The row's 1D block range; the tile's 2D range from the folded extremes below. Every
@@ -302,11 +327,22 @@ pub fn tensor_stats_kernel(
     acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
     acc[GROUP] = f32::cast_from(group);
     let mut tile_fields = Array::<f32>::new(STAT_FIELDS);
-    cube_fold_fields(&acc, &mut tile_fields, &mut scratch, with_error);
+    cube_fold_fields(&acc, &mut tile_fields, &mut scratch, copies > 0);
     tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
     if tile < tiles && UNIT_POS == 0 {
         for i in 0..STAT_FIELDS {
             out[tile * STAT_FIELDS + i] = tile_fields[i];
+        }
+    }
+    if comptime![copies > 1] {
+        // The second copy's terms by the same fixed tree as the first's.
+        tile_fields[UNDERFLOWS] = cube_sum(second[UNDERFLOWS], &mut scratch, STATS_TILE);
+        tile_fields[SQUARED_ERROR] = cube_sum(second[SQUARED_ERROR], &mut scratch, STATS_TILE);
+        tile_fields[OVERFLOWS] = cube_sum(second[OVERFLOWS], &mut scratch, STATS_TILE);
+        if tile < tiles && UNIT_POS == 0 {
+            for i in 0..STAT_FIELDS {
+                out[(tiles + tile) * STAT_FIELDS + i] = tile_fields[i];
+            }
         }
     }
 }
@@ -369,7 +405,8 @@ fn fold_tile(tiles: &Array<f32>, t: usize, acc: &mut Array<f32>) {
 /// launch: one cube per record of up to `RECORD_TILE_ROWS x RECORD_TILE_COLS` tiles; unit u folds
 /// the record's tiles u, u + 32, ... (row-major within the record) in that order, then the cube
 /// sums the units' accumulators by the fixed tree of `cube_sum`. The host's reference
-/// (`burn_lowp::debug::stats::record_partials`) folds in the same order.
+/// (`burn_lowp::debug::stats::record_partials`) folds in the same order. `copies` sets of tiles
+/// (one per measured copy, `tile_rows * tile_cols` each) give as many sets of records.
 #[cube(launch_unchecked)]
 pub fn stats_records_kernel(
     tiles: &Array<f32>,
@@ -377,12 +414,18 @@ pub fn stats_records_kernel(
     tile_rows: usize,
     tile_cols: usize,
     records: usize,
+    copies: usize,
     infinity: f32,
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
     empty_fields(&mut acc, infinity);
-    let record = CUBE_POS as usize;
+    let copy = CUBE_POS as usize / records;
+    let copy_tiles = copy * tile_rows * tile_cols;
+    let mut record = CUBE_POS as usize % records;
+    if copy >= copies {
+        record = records;
+    }
     // The record's tiles: rows [first_row, first_row + span_rows) x columns [first_col, + span_cols).
     let mut span_rows = 0usize;
     let mut span_cols = 1usize;
@@ -402,14 +445,14 @@ pub fn stats_records_kernel(
         }
     }
     for i in range_stepped(UNIT_POS as usize, span_rows * span_cols, STATS_TILE) {
-        let tile = (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
+        let tile = copy_tiles + (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
         fold_tile(tiles, tile * STAT_FIELDS, &mut acc);
     }
     let mut fields = Array::<f32>::new(STAT_FIELDS);
     cube_fold_fields(&acc, &mut fields, &mut scratch, true);
     if record < records && UNIT_POS == 0 {
         for i in 0..STAT_FIELDS {
-            out[record * STAT_FIELDS + i] = fields[i];
+            out[(copy * records + record) * STAT_FIELDS + i] = fields[i];
         }
     }
 }
@@ -434,27 +477,42 @@ pub enum StatsError<'a> {
     /// FP8 codes and their f32 scales, laid out as `dequantize_fp8_grouped` reads them (its
     /// groups with labels; else one group of `code_rows` storage rows), decoded in the pass; the
     /// overflow limit of a per-tensor scale is `fp8_max · scale_inv`, block scales have none.
+    /// `copy` is the rowwise or the columnwise copy, or both (measured in the one read of x:
+    /// `tensor_stats` then returns the rowwise records, then the columnwise).
     Fp8Codes {
-        codes: &'a cubecl::server::Handle,
-        scales: &'a cubecl::server::Handle,
+        copy: Fp8Copy<'a>,
         groups: Option<RowGroups<'a>>,
         code_rows: usize,
         fp8: Fp8Kind,
         fp8_max: f32,
         scales_kind: Fp8Scales,
-        transposed: bool,
     },
+}
+
+/// The FP8 codes and f32 scales of one copy.
+#[derive(Clone, Copy)]
+pub struct Fp8Codes<'a> {
+    pub codes: &'a cubecl::server::Handle,
+    pub scales: &'a cubecl::server::Handle,
+}
+
+/// Which copies of a tensor a decoding statistics pass measures.
+#[derive(Clone, Copy)]
+pub enum Fp8Copy<'a> {
+    Rowwise(Fp8Codes<'a>),
+    Columnwise(Fp8Codes<'a>),
+    Both { rowwise: Fp8Codes<'a>, columnwise: Fp8Codes<'a> },
 }
 
 /// The f32 `[records, STAT_FIELDS]` partial statistics of `x` (`cols` even; `stats_records`):
 /// the tiles of one launch folded into records by a second; with `error`, the quantization terms
-/// against that copy.
+/// against that copy, one set of records per copy measured (one buffer, split by offsets).
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
     error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
-) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+) -> Result<Vec<cubecl::server::Handle>, crate::launch::KernelError> {
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
         return Err(crate::launch::KernelError {
             value: format!("shape [{}, {}]", x.rows, x.cols),
@@ -462,31 +520,35 @@ pub fn tensor_stats<R: Runtime>(
         });
     }
     let tiles = stats_tiles(x.rows, x.cols);
-    let tile_partials = client.empty(tiles * STAT_FIELDS * 4);
     let elements = x.rows * x.cols;
     let words = elements * x.kind.bytes() / 4;
-    let dummy = client.empty(16);
+    // Arrays a launch does not read: any buffer will do (one element of x's).
+    let unread = || arg(x.handle, 1);
     let groups = labels.map_or(1, |l| l.count);
-    let (row_group, label_len) = match labels {
-        Some(l) => (l.row_group.clone(), x.rows),
-        None => (dummy.clone(), 1),
+    let row_group = match labels {
+        Some(l) => arg(l.row_group, x.rows),
+        None => unread(),
     };
-    // The comptime decode (decoded, fp8, rows per scale block, transposed) and its arguments.
+    // The comptime decode (decoded, fp8, rows per scale block, transposed), the arrays of the
+    // copies (values and scales of the first, then of the second), the groups' starts and
+    // lengths, and the codes' rows and FP8 maximum.
     let mut decode = (false, Fp8Kind::E4M3, 0usize, false);
-    let (mut start, mut len) = ((dummy.clone(), 1usize), (dummy.clone(), 1usize));
+    let (mut start, mut len) = (unread(), unread());
     let (mut code_rows, mut fp8_max) = (x.rows, 0.0f32);
-    let ((values, value_words), (scales, scale_len)) = match error {
-        None => ((dummy.clone(), 1), (dummy.clone(), 1)),
-        Some(StatsError::Dequantized { values, limits }) => ((values.clone(), elements), (limits.clone(), groups)),
+    let (copies, first, second) = match error {
+        None => (0usize, (unread(), unread()), (unread(), unread())),
+        Some(StatsError::Dequantized { values, limits }) => (
+            1,
+            (arg(values, elements), arg(limits, groups)),
+            (unread(), unread()),
+        ),
         Some(StatsError::Fp8Codes {
-            codes,
-            scales,
+            copy,
             groups: code_groups,
             code_rows: rows_of_codes,
             fp8,
             fp8_max: max,
             scales_kind,
-            transposed,
         }) => {
             if code_groups.is_some() != labels.is_some() || rows_of_codes < x.rows {
                 return Err(crate::launch::KernelError {
@@ -496,28 +558,42 @@ pub fn tensor_stats<R: Runtime>(
             }
             let spb = scales_kind.rows_per_block();
             if let Some(g) = code_groups {
-                start = (g.start.clone(), g.count);
-                len = (g.rows.clone(), g.count);
+                (start, len) = g.args();
             }
-            decode = (true, fp8, spb, transposed);
             code_rows = rows_of_codes;
             fp8_max = max;
-            let scale_words = if spb == 0 { groups } else { rows_of_codes * x.cols / (128 * spb) };
-            ((codes.clone(), (rows_of_codes * x.cols).div_ceil(4)), (scales.clone(), scale_words.max(1)))
+            let scale_words = if spb == 0 { groups } else { rows_of_codes * x.cols / (128 * spb) }.max(1);
+            let arrays = |c: Fp8Codes<'_>| {
+                (
+                    arg(c.codes, (rows_of_codes * x.cols).div_ceil(4)),
+                    arg(c.scales, scale_words),
+                )
+            };
+            let (copies, transposed, first, second) = match copy {
+                Fp8Copy::Rowwise(c) => (1, false, arrays(c), (unread(), unread())),
+                Fp8Copy::Columnwise(c) => (1, true, arrays(c), (unread(), unread())),
+                Fp8Copy::Both { rowwise, columnwise } => (2, false, arrays(rowwise), arrays(columnwise)),
+            };
+            decode = (true, fp8, spb, transposed);
+            (copies, first, second)
         }
     };
+    let sets = copies.max(1);
+    let tile_partials = client.empty(sets * tiles * STAT_FIELDS * 4);
     unsafe {
         tensor_stats_kernel::launch_unchecked::<R>(
             client,
             cubecl::server::CubeCountSelection::new(client, tiles as u32).cube_count(),
             CubeDim::new_1d(STATS_TILE as u32),
             ArrayArg::from_raw_parts(x.handle.clone(), words),
-            ArrayArg::from_raw_parts(values, value_words),
-            ArrayArg::from_raw_parts(scales, scale_len),
-            ArrayArg::from_raw_parts(row_group, label_len),
-            ArrayArg::from_raw_parts(start.0, start.1),
-            ArrayArg::from_raw_parts(len.0, len.1),
-            ArrayArg::from_raw_parts(tile_partials.clone(), tiles * STAT_FIELDS),
+            first.0,
+            first.1,
+            second.0,
+            second.1,
+            row_group,
+            start,
+            len,
+            ArrayArg::from_raw_parts(tile_partials.clone(), sets * tiles * STAT_FIELDS),
             x.rows,
             x.cols,
             tiles,
@@ -527,7 +603,7 @@ pub fn tensor_stats<R: Runtime>(
             0u32,
             f32::INFINITY,
             x.kind,
-            error.is_some(),
+            copies,
             labels.is_some(),
             decode.0,
             decode.1,
@@ -536,19 +612,24 @@ pub fn tensor_stats<R: Runtime>(
         )
     };
     let records = stats_records(x.rows, x.cols);
-    let out = client.empty(records * STAT_FIELDS * 4);
+    let set_bytes = (records * STAT_FIELDS * 4) as u64;
+    let out = client.empty(sets * records * STAT_FIELDS * 4);
     unsafe {
         stats_records_kernel::launch_unchecked::<R>(
             client,
-            cubecl::server::CubeCountSelection::new(client, records as u32).cube_count(),
+            cubecl::server::CubeCountSelection::new(client, (sets * records) as u32).cube_count(),
             CubeDim::new_1d(STATS_TILE as u32),
-            ArrayArg::from_raw_parts(tile_partials, tiles * STAT_FIELDS),
-            ArrayArg::from_raw_parts(out.clone(), records * STAT_FIELDS),
+            ArrayArg::from_raw_parts(tile_partials, sets * tiles * STAT_FIELDS),
+            ArrayArg::from_raw_parts(out.clone(), sets * records * STAT_FIELDS),
             x.rows.div_ceil(STATS_TILE),
             x.cols.div_ceil(STATS_TILE),
             records,
+            sets,
             f32::INFINITY,
         )
     };
-    Ok(out)
+    let size = out.size();
+    Ok((0..sets as u64)
+        .map(|s| out.clone().offset_start(s * set_bytes).offset_end(size - (s + 1) * set_bytes))
+        .collect())
 }

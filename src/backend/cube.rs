@@ -1533,7 +1533,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 count: *count,
             }),
         )
-        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
+        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?
+        .remove(0);
         let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
         Ok(bytes(&client, &x.device, handle, len))
     }
@@ -1541,23 +1542,47 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_quantization_stats(
         x: FloatTensor<Self>,
         q: &QuantizedTensor<Self>,
-        direction: Direction,
+        directions: &[Direction],
         grouped: Option<(&Groups<Self>, IntTensor<Self>)>,
-    ) -> Result<Option<Self::Bytes>> {
-        let Some(Storage::Quantized(storage)) = q.storage(direction) else {
-            return Ok(None);
-        };
-        let (fp8, scales_kind, scales) = match (&storage.format, &storage.scales) {
-            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => (*fp8, kernels::Fp8Scales::Tensor, s),
-            (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
-                let kind = match block {
-                    BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
-                    BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
-                };
-                (*fp8, kind, bytes)
+    ) -> Result<Option<Vec<Self::Bytes>>> {
+        // Each direction's codes and scales, with the format they share.
+        let mut copies = Vec::new();
+        for &direction in directions {
+            let Some(Storage::Quantized(storage)) = q.storage(direction) else {
+                return Ok(None);
+            };
+            let (fp8, kind, scales) = match (&storage.format, &storage.scales) {
+                (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => (*fp8, kernels::Fp8Scales::Tensor, s),
+                (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
+                    let kind = match block {
+                        BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
+                        BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
+                    };
+                    (*fp8, kind, bytes)
+                }
+                _ => return Ok(None),
+            };
+            let codes = kernels::stats::Fp8Codes {
+                codes: &storage.codes.handle,
+                scales: &scales.handle,
+            };
+            copies.push((direction, fp8, kind, codes));
+        }
+        let copy = match copies.as_slice() {
+            [(Direction::Rowwise, ..)] => kernels::stats::Fp8Copy::Rowwise(copies[0].3),
+            [(Direction::Columnwise, ..)] => kernels::stats::Fp8Copy::Columnwise(copies[0].3),
+            [(Direction::Rowwise, a, ka, r), (Direction::Columnwise, b, kb, c)]
+            | [(Direction::Columnwise, b, kb, c), (Direction::Rowwise, a, ka, r)]
+                if a == b && ka == kb =>
+            {
+                kernels::stats::Fp8Copy::Both {
+                    rowwise: *r,
+                    columnwise: *c,
+                }
             }
             _ => return Ok(None),
         };
+        let (_, fp8, scales_kind, _) = copies[0];
         let (rows, cols) = matrix_dims(&x.shape().as_slice());
         if rows == 0 || cols % 2 != 0 || cols != q.cols || rows > q.rows {
             return Ok(None);
@@ -1575,8 +1600,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             kind,
         };
         let error = kernels::stats::StatsError::Fp8Codes {
-            codes: &storage.codes.handle,
-            scales: &scales.handle,
+            copy,
             groups: grouped.as_ref().map(|(groups, _)| RowGroups {
                 start: &groups.start.handle,
                 rows: &groups.len.handle,
@@ -1586,9 +1610,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             fp8: fp8_kind(fp8),
             fp8_max: fp8.max(),
             scales_kind,
-            transposed: direction == Direction::Columnwise,
         };
-        let handle = kernels::stats::tensor_stats(
+        let mut sets = kernels::stats::tensor_stats(
             &client,
             input,
             Some(error),
@@ -1598,8 +1621,12 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             }),
         )
         .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
+        // The kernel returns the rowwise records first: back to the order asked.
+        if directions.first() == Some(&Direction::Columnwise) {
+            sets.reverse();
+        }
         let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
-        Ok(Some(bytes(&client, &x.device, handle, len)))
+        Ok(Some(sets.into_iter().map(|h| bytes(&client, &x.device, h, len)).collect()))
     }
 
     fn lowp_norm_forward(

@@ -527,23 +527,23 @@ pub trait LowpBackend: Backend {
         tensor_stats_on_host::<Self>(x, error, labels)
     }
 
-    /// `lowp_tensor_stats` of `x` against `q`'s `direction` copy in one pass that decodes the
-    /// copy itself, with no dequantized copy written: the records equal those of
-    /// `lowp_tensor_stats(x, Some((dequantized, limit)), labels)` bit for bit, where the
-    /// dequantized copy is `lowp_dequantize` (or `lowp_grouped_dequantize` with `grouped`: the
-    /// tensor's groups and the Int group of each row of `x`) and the limit is the debug tools'
-    /// overflow limit: `fp8_max · scale_inv` for FP8 per-tensor copies (per group when
-    /// grouped), none (+inf) for block scales. `x` is `[rows, q.cols]` with `rows <= q.rows`
-    /// (a token tensor may leave out its padding rows). `None` where this backend or `q`'s format
-    /// has no such pass (the caller dequantizes): CubeCL backends decode FP8 per-tensor and
-    /// block copies.
+    /// `lowp_tensor_stats` of `x` against `q`'s copies in `directions` (one or both) in one pass
+    /// that decodes the copies itself, with no dequantized copy written: one set of records per
+    /// direction, in the order asked, each equal bit for bit to
+    /// `lowp_tensor_stats(x, Some((dequantized, limit)), labels)`, where the dequantized copy is
+    /// `lowp_dequantize` (or `lowp_grouped_dequantize` with `grouped`: the tensor's groups and
+    /// the Int group of each row of `x`) and the limit is the debug tools' overflow limit:
+    /// `fp8_max · scale_inv` for FP8 per-tensor copies (per group when grouped), none (+inf) for
+    /// block scales. `x` is `[rows, q.cols]` with `rows <= q.rows` (a token tensor may leave out
+    /// its padding rows). `None` where this backend or `q`'s format has no such pass (the caller
+    /// dequantizes): CubeCL backends decode FP8 per-tensor and block copies.
     fn lowp_quantization_stats(
         x: FloatTensor<Self>,
         q: &QuantizedTensor<Self>,
-        direction: Direction,
+        directions: &[Direction],
         grouped: Option<(&Groups<Self>, IntTensor<Self>)>,
-    ) -> Result<Option<Self::Bytes>> {
-        let _ = (x, q, direction, grouped);
+    ) -> Result<Option<Vec<Self::Bytes>>> {
+        let _ = (x, q, directions, grouped);
         Ok(None)
     }
 

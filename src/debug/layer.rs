@@ -18,7 +18,7 @@ use crate::backend::grouped::{HostCopy, HostGroups};
 use crate::deferred::Deferred;
 use crate::backend::{Groups, LowpBackend};
 use crate::format::grouped::group_ranges;
-use crate::error::Result;
+use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
 use crate::format::{Direction, Fp8CurrentScaling, Fp8Format, FormatConfig, QuantFormat, Usage};
 use crate::quant::{quantize, QuantizeCall, QuantizedTensor, QuantizerSpec, Storage, StorageScales};
@@ -468,22 +468,40 @@ impl LayerDebug {
         let Some(q) = quantized else {
             return log_tensor(batch, None);
         };
-        // The error partials of `q`'s copies, computed once per direction for the quantized
-        // statistics and the AutoswitchGemm metrics (a dequantize and a statistics pass each).
-        let mut own: Vec<(Direction, ErrorPartials<Q>)> = Vec::new();
-        let mut own_partials = |direction: Direction| -> Result<ErrorPartials<Q>> {
-            if let Some((_, p)) = own.iter().find(|(d, _)| *d == direction) {
-                return Ok(p.clone());
-            }
-            let p = self.error_partials(tensor, x, q, direction, experts)?;
-            own.push((direction, p.clone()));
-            Ok(p)
-        };
-        if let Some(l) = f
+        // The error partials of `q`'s copies that the quantized statistics and the AutoswitchGemm
+        // metrics read, computed once per direction, both directions in one pass where the
+        // backend decodes the copies itself.
+        let quantized_stats = f
             .log_quantized_tensor_stats
             .as_ref()
-            .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it))
-        {
+            .filter(|l| l.tensors.contains(&tensor) && l.schedule().samples(it));
+        let metrics = f.autoswitch_gemm.as_ref().filter(|a| a.schedule().samples(it));
+        let mut wanted = Vec::new();
+        if let Some(l) = quantized_stats {
+            wanted.push(Direction::Rowwise);
+            if l.columnwise {
+                wanted.push(Direction::Columnwise);
+            }
+        }
+        if let Some(a) = metrics {
+            for gemm in a.gemms.iter().filter(|g| a.monitored(**g).contains(&tensor)) {
+                wanted.push(direction_for(tensor, *gemm));
+            }
+        }
+        let mut directions: Vec<Direction> = Vec::new();
+        for d in wanted {
+            if !directions.contains(&d) && matches!(q.storage(d), Some(Storage::Quantized(_))) {
+                directions.push(d);
+            }
+        }
+        let own = self.error_partials(tensor, x, q, &directions, experts)?;
+        let own_partials = |direction: Direction| -> Result<ErrorPartials<Q>> {
+            own.iter()
+                .find(|(d, _)| *d == direction)
+                .map(|(_, p)| p.clone())
+                .ok_or_else(|| LowpError::invalid("debug observation", format!("{direction:?}"), "has no quantized copy"))
+        };
+        if let Some(l) = quantized_stats {
             let mut directions = vec![(Direction::Rowwise, "")];
             if l.columnwise {
                 directions.push((Direction::Columnwise, "_columnwise"));
@@ -514,7 +532,7 @@ impl LayerDebug {
                     let (partials, scales) = if is_own {
                         own_partials(*direction)?
                     } else {
-                        self.error_partials(tensor, x, &v, *direction, None)?
+                        self.error_partials(tensor, x, &v, &[*direction], None)?.remove(0).1
                     };
                     let decode = match (&storage.format, scales.is_some()) {
                         (QuantFormat::Nvfp4 { .. }, _) | (_, false) => None,
@@ -540,63 +558,75 @@ impl LayerDebug {
                 }
             }
         }
-        if let Some(a) = f.autoswitch_gemm.as_ref() {
-            if a.schedule().samples(it) {
-                for gemm in a.gemms.iter().filter(|g| a.monitored(**g).contains(&tensor)) {
-                    let direction = direction_for(tensor, *gemm);
-                    if !matches!(q.storage(direction), Some(Storage::Quantized(_))) {
-                        continue;
-                    }
-                    let (partials, _) = own_partials(direction)?;
-                    let (session, gemm) = (self.session.clone(), *gemm);
-                    self.add_read(batch, vec![partials], experts, None, move |layer, read| {
-                        session.push_metric(&layer, gemm, it, tensor, read)
-                    });
+        if let Some(a) = metrics {
+            for gemm in a.gemms.iter().filter(|g| a.monitored(**g).contains(&tensor)) {
+                let direction = direction_for(tensor, *gemm);
+                if !matches!(q.storage(direction), Some(Storage::Quantized(_))) {
+                    continue;
                 }
+                let (partials, _) = own_partials(direction)?;
+                let (session, gemm) = (self.session.clone(), *gemm);
+                self.add_read(batch, vec![partials], experts, None, move |layer, read| {
+                    session.push_metric(&layer, gemm, it, tensor, read)
+                });
             }
         }
         log_tensor(batch, own.first().map(|(_, (partials, _))| partials.clone()))
     }
 
-    /// Partials of `x` against `q`'s `direction` copy (with the delayed-scaling overflow limit
-    /// for FP8 per-tensor copies, per expert for a grouped tensor), and the copy's scale bytes.
+    /// Partials of `x` against each of `q`'s `directions` copies (with the delayed-scaling
+    /// overflow limit for FP8 per-tensor copies, per expert for a grouped tensor), and each
+    /// copy's scale bytes.
     fn error_partials<Q: LowpBackend>(
         &self,
         tensor: TensorKind,
         x: &FloatTensor<Q>,
         q: &QuantizedTensor<Q>,
-        direction: Direction,
+        directions: &[Direction],
         experts: Option<&ExpertRows<Q>>,
-    ) -> Result<ErrorPartials<Q>> {
-        let storage = q.quantized(direction)?;
-        let scales = match (&storage.format, &storage.scales) {
-            (QuantFormat::Fp8Tensor { .. }, StorageScales::TensorScaleInv(s)) => Some(s.clone()),
-            (_, StorageScales::BlockF32 { bytes, .. } | StorageScales::BlockBytes { bytes, .. }) => Some(bytes.clone()),
-            _ => None,
-        };
-        let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
-        // One pass that decodes the copy itself where the backend has one (FP8 copies on CubeCL
-        // backends: no dequantized copy, no launches for the limit), bit-equal to the passes below.
-        let grouped = experts.map(|e| (&e.groups, e.row_group.clone()));
-        if let Some(partials) = Q::lowp_quantization_stats(x.clone(), q, direction, grouped)? {
-            return Ok((partials, scales));
+    ) -> Result<Vec<(Direction, ErrorPartials<Q>)>> {
+        if directions.is_empty() {
+            return Ok(Vec::new());
         }
-        let dequantized = match experts {
-            Some(e) => Q::lowp_grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
-            None => Q::lowp_dequantize(q, direction)?,
-        };
+        let mut storages = Vec::new();
+        for &d in directions {
+            let storage = q.quantized(d)?;
+            let scales = match (&storage.format, &storage.scales) {
+                (QuantFormat::Fp8Tensor { .. }, StorageScales::TensorScaleInv(s)) => Some(s.clone()),
+                (_, StorageScales::BlockF32 { bytes, .. } | StorageScales::BlockBytes { bytes, .. }) => Some(bytes.clone()),
+                _ => None,
+            };
+            storages.push((d, storage, scales));
+        }
+        let x = self.data_view::<Q>(tensor, Q::float_reshape(x.clone(), Shape::new([q.rows, q.cols])));
+        // One pass that decodes the copies itself where the backend has one (FP8 copies on CubeCL
+        // backends: no dequantized copy, no launches for the limit, both directions in one read
+        // of x), bit-equal to the passes below.
+        let grouped = experts.map(|e| (&e.groups, e.row_group.clone()));
+        if let Some(sets) = Q::lowp_quantization_stats(x.clone(), q, directions, grouped)? {
+            return Ok(storages.into_iter().zip(sets).map(|((d, _, scales), p)| (d, (p, scales))).collect());
+        }
         let device = Q::float_device(&x);
         let limits = experts.map_or(1, |e| e.groups.count);
-        let limit = match (&storage.format, &storage.scales) {
-            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-                let scale_inv = Q::float_from_bytes(s, [1, limits]);
-                Q::float_mul_scalar(scale_inv, fp8.max().into())
-            }
-            _ => infinite::<Q>(limits, &device),
-        };
-        let dequantized = self.data_view::<Q>(tensor, dequantized);
         let labels = experts.map(|e| (e.row_group.clone(), e.groups.count));
-        Ok((Q::lowp_tensor_stats(x, Some((dequantized, limit)), labels)?, scales))
+        let mut out = Vec::new();
+        for (direction, storage, scales) in storages {
+            let dequantized = match experts {
+                Some(e) => Q::lowp_grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
+                None => Q::lowp_dequantize(q, direction)?,
+            };
+            let limit = match (&storage.format, &storage.scales) {
+                (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
+                    let scale_inv = Q::float_from_bytes(s, [1, limits]);
+                    Q::float_mul_scalar(scale_inv, fp8.max().into())
+                }
+                _ => infinite::<Q>(limits, &device),
+            };
+            let dequantized = self.data_view::<Q>(tensor, dequantized);
+            let partials = Q::lowp_tensor_stats(x.clone(), Some((dequantized, limit)), labels.clone())?;
+            out.push((direction, (partials, scales)));
+        }
+        Ok(out)
     }
 }
 

@@ -305,12 +305,43 @@ fn assert_bytes_equal<B: LowpBackend>(fused: &B::Bytes, unfused: &B::Bytes, cont
     }
 }
 
+/// The direction sets a decoding pass is asked for: each alone, and both in either order.
+const DIRECTION_SETS: [&[Direction]; 4] = [
+    &[Direction::Rowwise],
+    &[Direction::Columnwise],
+    &[Direction::Rowwise, Direction::Columnwise],
+    &[Direction::Columnwise, Direction::Rowwise],
+];
+
+/// Asks the decoding pass for every direction set and compares each set of records with the
+/// unfused twin's for its direction (`unfused(direction)`); `false` where the backend answered
+/// `None` (every set then must).
+fn check_direction_sets<B: LowpBackend>(
+    fused: impl Fn(&[Direction]) -> Option<Vec<B::Bytes>>,
+    unfused: impl Fn(Direction) -> B::Bytes,
+    context: &str,
+) -> bool {
+    let mut decoded = None;
+    for set in DIRECTION_SETS {
+        let got = fused(set);
+        assert!(decoded.is_none() || decoded == Some(got.is_some()), "{context}: {set:?} answered unlike the other sets");
+        decoded = Some(got.is_some());
+        let Some(got) = got else { continue };
+        assert_eq!(got.len(), set.len(), "{context}: {set:?}: one set of records per direction");
+        for (direction, bytes) in set.iter().zip(&got) {
+            assert_bytes_equal::<B>(bytes, &unfused(*direction), &format!("{context} {direction:?} of {set:?}"));
+        }
+    }
+    decoded == Some(true)
+}
+
 /// The statistics pass that decodes FP8 codes itself (`lowp_quantization_stats`) equals its
 /// unfused twin (dequantize, the overflow limit from the scales, then the statistics pass) bit
-/// for bit: FP8 per-tensor and block formats, both directions, every dtype, plain tensors (also
-/// with the token rows cut short of the codes' rows, as a token tensor leaves its padding out, and
-/// measured against a copy quantized with a 4x smaller scale so that values overflow) and grouped
-/// tensors with an empty expert. Backends and formats without the pass answer `None`.
+/// for bit: FP8 per-tensor and block formats, each direction alone and both in one pass, every
+/// dtype, plain tensors (also with the token rows cut short of the codes' rows, as a token
+/// tensor leaves its padding out, and measured against a copy quantized with a 4x smaller scale
+/// so that values overflow) and grouped tensors with an empty expert. Backends and formats
+/// without the pass answer `None`.
 pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], decodes: bool) {
     let decoded = |config: &FormatConfig| {
         decodes && matches!(config, FormatConfig::Fp8Current(_) | FormatConfig::Fp8Block(_))
@@ -333,30 +364,27 @@ pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtyp
             let sources = if matches!(config, FormatConfig::Fp8Current(_)) { 2 } else { 1 };
             for (source, copy_of) in [("own copy", &m), ("4x smaller scale", &quarter)].into_iter().take(sources) {
                 let q = B::lowp_quantize(B::float_from_host(copy_of, device), &config, Usage::BOTH, false).unwrap();
-                for direction in [Direction::Rowwise, Direction::Columnwise] {
-                    for data_rows in [rows, rows - 3] {
-                        let context = format!("{name} {dtype:?} {source} {direction:?} {data_rows} of {rows} rows");
-                        let xs = B::float_from_host(
-                            &HostMatrix::new("x", data_rows, cols, dtype, m.values[..data_rows * cols].to_vec()).unwrap(),
-                            device,
-                        );
-                        let fused = B::lowp_quantization_stats(xs.clone(), &q, direction, None).unwrap();
-                        if !decoded(&config) {
-                            assert!(fused.is_none(), "{context}: no decoding pass expected");
-                            continue;
-                        }
-                        let fused = fused.unwrap_or_else(|| panic!("{context}: the backend has a decoding pass"));
+                for data_rows in [rows, rows - 3] {
+                    let context = format!("{name} {dtype:?} {source} {data_rows} of {rows} rows");
+                    let xs = B::float_from_host(
+                        &HostMatrix::new("x", data_rows, cols, dtype, m.values[..data_rows * cols].to_vec()).unwrap(),
+                        device,
+                    );
+                    let unfused = |direction: Direction| {
                         let dq = read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap());
                         let dq = B::float_from_host(
                             &HostMatrix::new("dq", data_rows, cols, InputDtype::F32, dq[..data_rows * cols].to_vec()).unwrap(),
                             device,
                         );
-                        let unfused = B::lowp_tensor_stats(xs, Some((dq, overflow_limit::<B>(&q, direction, 1, device))), None).unwrap();
-                        assert_bytes_equal::<B>(&fused, &unfused, &context);
-                        if source != "own copy" && matches!(config, FormatConfig::Fp8Current(_)) {
-                            let overflows = TensorStats::from_partials(&read_partials::<B>(&fused)).overflows;
-                            assert!(overflows > 0.0, "{context}: the smaller scale must overflow");
-                        }
+                        B::lowp_tensor_stats(xs.clone(), Some((dq, overflow_limit::<B>(&q, direction, 1, device))), None).unwrap()
+                    };
+                    let fused = |set: &[Direction]| B::lowp_quantization_stats(xs.clone(), &q, set, None).unwrap();
+                    let was_decoded = check_direction_sets::<B>(fused, unfused, &context);
+                    assert_eq!(was_decoded, decoded(&config), "{context}: whether the backend decodes this format");
+                    if was_decoded && source != "own copy" {
+                        let got = B::lowp_quantization_stats(xs.clone(), &q, &[Direction::Rowwise], None).unwrap().unwrap();
+                        let overflows = TensorStats::from_partials(&read_partials::<B>(&got[0])).overflows;
+                        assert!(overflows > 0.0, "{context}: the smaller scale must overflow");
                     }
                 }
             }
@@ -373,19 +401,17 @@ pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtyp
                 // (A format the grouped quantize does not take is no case here.)
                 Err(_) => continue,
             };
-            for direction in [Direction::Rowwise, Direction::Columnwise] {
-                let context = format!("grouped {name} {dtype:?} {direction:?}");
-                let labels = Some((layout.row_group.clone(), count));
-                let fused = B::lowp_quantization_stats(xt.clone(), &q, direction, Some((&layout.groups, layout.row_group.clone()))).unwrap();
-                if !decoded(&config) {
-                    assert!(fused.is_none(), "{context}: no decoding pass expected");
-                    continue;
-                }
-                let fused = fused.unwrap_or_else(|| panic!("{context}: the backend has a decoding pass"));
+            let context = format!("grouped {name} {dtype:?}");
+            let unfused = |direction: Direction| {
                 let dq = B::lowp_grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
-                let unfused = B::lowp_tensor_stats(xt.clone(), Some((dq, overflow_limit::<B>(&q, direction, count, device))), labels).unwrap();
-                assert_bytes_equal::<B>(&fused, &unfused, &context);
-            }
+                let labels = Some((layout.row_group.clone(), count));
+                B::lowp_tensor_stats(xt.clone(), Some((dq, overflow_limit::<B>(&q, direction, count, device))), labels).unwrap()
+            };
+            let fused = |set: &[Direction]| {
+                B::lowp_quantization_stats(xt.clone(), &q, set, Some((&layout.groups, layout.row_group.clone()))).unwrap()
+            };
+            let was_decoded = check_direction_sets::<B>(fused, unfused, &context);
+            assert_eq!(was_decoded, decoded(&config), "{context}: whether the backend decodes this format");
         }
     }
 }
