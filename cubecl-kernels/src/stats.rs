@@ -506,13 +506,14 @@ pub enum Fp8Copy<'a> {
 
 /// The f32 `[records, STAT_FIELDS]` partial statistics of `x` (`cols` even; `stats_records`):
 /// the tiles of one launch folded into records by a second; with `error`, the quantization terms
-/// against that copy, one set of records per copy measured (one buffer, split by offsets).
+/// against that copy: one set of records per copy measured, one after the other in the buffer
+/// returned (rowwise first when both).
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
     error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
-) -> Result<Vec<cubecl::server::Handle>, crate::launch::KernelError> {
+) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
         return Err(crate::launch::KernelError {
             value: format!("shape [{}, {}]", x.rows, x.cols),
@@ -612,7 +613,6 @@ pub fn tensor_stats<R: Runtime>(
         )
     };
     let records = stats_records(x.rows, x.cols);
-    let set_bytes = (records * STAT_FIELDS * 4) as u64;
     let out = client.empty(sets * records * STAT_FIELDS * 4);
     unsafe {
         stats_records_kernel::launch_unchecked::<R>(
@@ -628,8 +628,5 @@ pub fn tensor_stats<R: Runtime>(
             f32::INFINITY,
         )
     };
-    let size = out.size();
-    Ok((0..sets as u64)
-        .map(|s| out.clone().offset_start(s * set_bytes).offset_end(size - (s + 1) * set_bytes))
-        .collect())
+    Ok(out)
 }

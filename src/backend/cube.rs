@@ -1533,8 +1533,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
                 count: *count,
             }),
         )
-        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?
-        .remove(0);
+        .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
         let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
         Ok(bytes(&client, &x.device, handle, len))
     }
@@ -1611,7 +1610,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             fp8_max: fp8.max(),
             scales_kind,
         };
-        let mut sets = kernels::stats::tensor_stats(
+        let handle = kernels::stats::tensor_stats(
             &client,
             input,
             Some(error),
@@ -1621,12 +1620,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             }),
         )
         .map_err(|e| LowpError::shape("debug statistics input", e.value, e.rule))?;
-        // The kernel returns the rowwise records first: back to the order asked.
-        if directions.first() == Some(&Direction::Columnwise) {
-            sets.reverse();
-        }
+        // One set of records per direction, rowwise first: each direction's part (a view on CUDA).
         let len = kernels::stats::stats_records(rows, cols) * kernels::stats::STAT_FIELDS * 4;
-        Ok(Some(sets.into_iter().map(|h| bytes(&client, &x.device, h, len)).collect()))
+        let all = bytes(&client, &x.device, handle, directions.len() * len);
+        if directions.len() == 1 {
+            return Ok(Some(vec![all]));
+        }
+        let set = |d: &Direction| {
+            let s = if directions.len() == 2 && *d == Direction::Columnwise { 1 } else { 0 };
+            Self::bytes_slice(&all, s * len..(s + 1) * len)
+        };
+        Ok(Some(directions.iter().map(set).collect()))
     }
 
     fn lowp_norm_forward(
