@@ -27,6 +27,10 @@ mod routing;
 #[path = "kernels/zeroed.rs"]
 mod zeroed;
 
+#[cfg(feature = "cuda")]
+#[path = "kernels/stats_trees.rs"]
+mod stats_trees;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -125,4 +129,5 @@ mod cuda {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
     crate::zeroed::zeroed_suite!(CudaRuntime, device());
+    crate::stats_trees::stats_trees_suite!(CudaRuntime, device());
 }

@@ -81,3 +81,43 @@ pub fn cube_max_f32(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] uni
     sync_cube();
     total
 }
+
+/// `cube_sum` of a cube that is one plane of 32 units, by warp shuffles instead of shared memory
+/// and barriers: the same tree (at each level unit i adds unit i + stride, the lanes that the
+/// next level reads computed exactly as in `cube_sum`), so the same sum bit for bit; every unit
+/// gets lane 0's total. Only where planes are 32 lanes wide (`planes_of_32`).
+#[cube]
+pub fn plane_tree_sum(value: f32) -> f32 {
+    let mut v = value;
+    #[unroll]
+    for level in 0..5u32 {
+        let stride = comptime![16u32 >> level];
+        v += plane_shuffle_down(v, stride);
+    }
+    plane_broadcast(v, 0u32)
+}
+
+/// `cube_max_f32` of a cube that is one plane of 32 units, by the same tree as `plane_tree_sum`.
+#[cube]
+pub fn plane_tree_max(value: f32) -> f32 {
+    let mut v = value;
+    #[unroll]
+    for level in 0..5u32 {
+        let stride = comptime![16u32 >> level];
+        let other = plane_shuffle_down(v, stride);
+        if other > v {
+            v = other;
+        }
+    }
+    plane_broadcast(v, 0u32)
+}
+
+/// Whether `client`'s planes (warps) are exactly 32 units wide with plane operations, so that a
+/// cube of 32 units can reduce with `plane_tree_sum` / `plane_tree_max` (CUDA; lavapipe's
+/// subgroups are narrower and keep the shared-memory tree).
+pub fn planes_of_32<R: Runtime>(client: &ComputeClient<R>) -> bool {
+    let props = client.properties();
+    props.features.plane.contains(cubecl::features::Plane::Ops)
+        && props.hardware.plane_size_min == 32
+        && props.hardware.plane_size_max == 32
+}

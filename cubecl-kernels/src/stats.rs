@@ -28,7 +28,7 @@
 use crate::codec::{decode_fp8, ElemKind, Fp8Kind};
 use crate::launch::{arg, Fp8Scales, RowGroups};
 use crate::pairs::load_pair;
-use crate::reduce::{cube_max_f32, cube_sum};
+use crate::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
 use cubecl::prelude::*;
 
 /// Rows and columns of a tile; units per cube.
@@ -113,6 +113,7 @@ fn fold_error(v: f32, d: f32, limit: f32, infinity: f32, acc: &mut Array<f32>) {
 /// maxima of non-negative values, +inf for minima, -inf for `MAX`).
 #[cube]
 fn empty_fields(acc: &mut Array<f32>, infinity: f32) {
+    #[unroll]
     for i in 0..STAT_FIELDS {
         acc[i] = 0.0f32;
     }
@@ -122,36 +123,59 @@ fn empty_fields(acc: &mut Array<f32>, infinity: f32) {
     acc[GROUP] = infinity;
 }
 
+/// Sum over the cube of 32 units (`cube_sum`'s tree; by plane shuffles with `planes`).
+#[cube]
+fn tile_sum(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] planes: bool) -> f32 {
+    if comptime![planes] {
+        plane_tree_sum(value)
+    } else {
+        cube_sum(value, scratch, STATS_TILE)
+    }
+}
+
+/// Max over the cube of 32 units (`cube_max_f32`'s tree; by plane shuffles with `planes`).
+#[cube]
+fn tile_max(value: f32, scratch: &mut SharedMemory<f32>, #[comptime] planes: bool) -> f32 {
+    if comptime![planes] {
+        plane_tree_max(value)
+    } else {
+        cube_max_f32(value, scratch, STATS_TILE)
+    }
+}
+
 /// Every unit's accumulators folded over the cube into `fields` (for every unit): sums and counts
 /// by `cube_sum`'s fixed tree, extremes, ranges and the group by max or min. The error terms only
-/// `with_error` (else they are zero).
+/// `with_error` (else they are zero). With `planes` (a cube is one 32-lane plane) the trees run
+/// as warp shuffles: the same order, the same bits, no barriers.
 #[cube]
 fn cube_fold_fields(
     acc: &Array<f32>,
     fields: &mut Array<f32>,
     scratch: &mut SharedMemory<f32>,
     #[comptime] with_error: bool,
+    #[comptime] planes: bool,
 ) {
+    #[unroll]
     for i in 0..STAT_FIELDS {
         fields[i] = 0.0f32;
     }
-    fields[NONZERO] = cube_sum(acc[NONZERO], scratch, STATS_TILE);
-    fields[SUM] = cube_sum(acc[SUM], scratch, STATS_TILE);
-    fields[SUM_SQUARES] = cube_sum(acc[SUM_SQUARES], scratch, STATS_TILE);
-    fields[ABS_SUM] = cube_sum(acc[ABS_SUM], scratch, STATS_TILE);
-    fields[ELEMENTS] = cube_sum(acc[ELEMENTS], scratch, STATS_TILE);
+    fields[NONZERO] = tile_sum(acc[NONZERO], scratch, planes);
+    fields[SUM] = tile_sum(acc[SUM], scratch, planes);
+    fields[SUM_SQUARES] = tile_sum(acc[SUM_SQUARES], scratch, planes);
+    fields[ABS_SUM] = tile_sum(acc[ABS_SUM], scratch, planes);
+    fields[ELEMENTS] = tile_sum(acc[ELEMENTS], scratch, planes);
     if comptime![with_error] {
-        fields[UNDERFLOWS] = cube_sum(acc[UNDERFLOWS], scratch, STATS_TILE);
-        fields[SQUARED_ERROR] = cube_sum(acc[SQUARED_ERROR], scratch, STATS_TILE);
-        fields[OVERFLOWS] = cube_sum(acc[OVERFLOWS], scratch, STATS_TILE);
+        fields[UNDERFLOWS] = tile_sum(acc[UNDERFLOWS], scratch, planes);
+        fields[SQUARED_ERROR] = tile_sum(acc[SQUARED_ERROR], scratch, planes);
+        fields[OVERFLOWS] = tile_sum(acc[OVERFLOWS], scratch, planes);
     }
-    fields[MIN] = -cube_max_f32(-acc[MIN], scratch, STATS_TILE);
-    fields[MIN_NONZERO_ABS] = -cube_max_f32(-acc[MIN_NONZERO_ABS], scratch, STATS_TILE);
-    fields[GROUP] = -cube_max_f32(-acc[GROUP], scratch, STATS_TILE);
-    fields[MAX] = cube_max_f32(acc[MAX], scratch, STATS_TILE);
-    fields[AMAX] = cube_max_f32(acc[AMAX], scratch, STATS_TILE);
-    fields[MAX_LN_RANGE_1D] = cube_max_f32(acc[MAX_LN_RANGE_1D], scratch, STATS_TILE);
-    fields[LN_RANGE_2D] = cube_max_f32(acc[LN_RANGE_2D], scratch, STATS_TILE);
+    fields[MIN] = -tile_max(-acc[MIN], scratch, planes);
+    fields[MIN_NONZERO_ABS] = -tile_max(-acc[MIN_NONZERO_ABS], scratch, planes);
+    fields[GROUP] = -tile_max(-acc[GROUP], scratch, planes);
+    fields[MAX] = tile_max(acc[MAX], scratch, planes);
+    fields[AMAX] = tile_max(acc[AMAX], scratch, planes);
+    fields[MAX_LN_RANGE_1D] = tile_max(acc[MAX_LN_RANGE_1D], scratch, planes);
+    fields[LN_RANGE_2D] = tile_max(acc[LN_RANGE_2D], scratch, planes);
 }
 
 /// Element `(r, c)` of the quantized copy as FP8 codes decode it: codes and scales laid out as
@@ -235,6 +259,7 @@ pub fn tensor_stats_kernel(
     #[comptime] fp8: Fp8Kind,
     #[comptime] scale_rows_per_block: usize,
     #[comptime] transposed: bool,
+    #[comptime] planes: bool,
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
@@ -327,19 +352,21 @@ pub fn tensor_stats_kernel(
     acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
     acc[GROUP] = f32::cast_from(group);
     let mut tile_fields = Array::<f32>::new(STAT_FIELDS);
-    cube_fold_fields(&acc, &mut tile_fields, &mut scratch, copies > 0);
+    cube_fold_fields(&acc, &mut tile_fields, &mut scratch, copies > 0, planes);
     tile_fields[LN_RANGE_2D] = ln_range(tile_fields[AMAX], tile_fields[MIN_NONZERO_ABS]);
     if tile < tiles && UNIT_POS == 0 {
+        #[unroll]
         for i in 0..STAT_FIELDS {
             out[tile * STAT_FIELDS + i] = tile_fields[i];
         }
     }
     if comptime![copies > 1] {
         // The second copy's terms by the same fixed tree as the first's.
-        tile_fields[UNDERFLOWS] = cube_sum(second[UNDERFLOWS], &mut scratch, STATS_TILE);
-        tile_fields[SQUARED_ERROR] = cube_sum(second[SQUARED_ERROR], &mut scratch, STATS_TILE);
-        tile_fields[OVERFLOWS] = cube_sum(second[OVERFLOWS], &mut scratch, STATS_TILE);
+        tile_fields[UNDERFLOWS] = tile_sum(second[UNDERFLOWS], &mut scratch, planes);
+        tile_fields[SQUARED_ERROR] = tile_sum(second[SQUARED_ERROR], &mut scratch, planes);
+        tile_fields[OVERFLOWS] = tile_sum(second[OVERFLOWS], &mut scratch, planes);
         if tile < tiles && UNIT_POS == 0 {
+            #[unroll]
             for i in 0..STAT_FIELDS {
                 out[(tiles + tile) * STAT_FIELDS + i] = tile_fields[i];
             }
@@ -416,6 +443,7 @@ pub fn stats_records_kernel(
     records: usize,
     copies: usize,
     infinity: f32,
+    #[comptime] planes: bool,
 ) {
     let mut scratch = SharedMemory::<f32>::new(STATS_TILE);
     let mut acc = Array::<f32>::new(STAT_FIELDS);
@@ -449,8 +477,9 @@ pub fn stats_records_kernel(
         fold_tile(tiles, tile * STAT_FIELDS, &mut acc);
     }
     let mut fields = Array::<f32>::new(STAT_FIELDS);
-    cube_fold_fields(&acc, &mut fields, &mut scratch, true);
+    cube_fold_fields(&acc, &mut fields, &mut scratch, true, planes);
     if record < records && UNIT_POS == 0 {
+        #[unroll]
         for i in 0..STAT_FIELDS {
             out[(copy * records + record) * STAT_FIELDS + i] = fields[i];
         }
@@ -507,13 +536,32 @@ pub enum Fp8Copy<'a> {
 /// The f32 `[records, STAT_FIELDS]` partial statistics of `x` (`cols` even; `stats_records`):
 /// the tiles of one launch folded into records by a second; with `error`, the quantization terms
 /// against that copy: one set of records per copy measured, one after the other in the buffer
-/// returned (rowwise first when both).
+/// returned (rowwise first when both). The cube reductions run as warp shuffles where planes are
+/// 32 lanes wide (`planes_of_32`), else through shared memory: the same trees either way.
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
     x: crate::launch::InputMatrix,
     error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
 ) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+    tensor_stats_with_trees(client, x, error, labels, planes_of_32(client))
+}
+
+/// `tensor_stats` with its reductions as plane shuffles (`planes`; only where `planes_of_32`) or
+/// through shared memory (anywhere), so a test can hold one against the other.
+pub fn tensor_stats_with_trees<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: crate::launch::InputMatrix,
+    error: Option<StatsError<'_>>,
+    labels: Option<RowLabels<'_>>,
+    planes: bool,
+) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+    if planes && !planes_of_32(client) {
+        return Err(crate::launch::KernelError {
+            value: "plane reductions".into(),
+            rule: "need planes of exactly 32 lanes with plane operations".into(),
+        });
+    }
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
         return Err(crate::launch::KernelError {
             value: format!("shape [{}, {}]", x.rows, x.cols),
@@ -610,6 +658,7 @@ pub fn tensor_stats<R: Runtime>(
             decode.1,
             decode.2,
             decode.3,
+            planes,
         )
     };
     let records = stats_records(x.rows, x.cols);
@@ -626,6 +675,7 @@ pub fn tensor_stats<R: Runtime>(
             records,
             sets,
             f32::INFINITY,
+            planes,
         )
     };
     Ok(out)
