@@ -308,58 +308,42 @@ pub fn tensor_stats_kernel(
                 limit = error_scales[group];
             }
         }
-        // The tile's 16 column pairs unrolled, every load made whether or not its pair is in the
-        // tile (a pair past `end` loads the first pair again and folds nothing), so that all the
-        // loads are in flight at once: the kernel waited on one load after the other. The fold
-        // order is unchanged.
-        #[unroll]
-        for k in 0..STATS_TILE / 2 {
-            let c = first + 2 * k;
-            let mut at = first;
-            if c < end {
-                at = c;
-            }
-            let (a, b) = load_pair(input, base + at, kind);
-            let mut da = 0.0f32;
-            let mut db = 0.0f32;
+        for c in range_stepped(first, end, 2usize) {
+            let (a, b) = load_pair(input, base + c, kind);
+            fold_value(a, &mut acc);
+            fold_value(b, &mut acc);
             if comptime![copies > 0] {
-                if comptime![decoded] {
-                    da = decoded_fp8(
-                        error_values, error_scales, row, at, cols, group, start, len, opaque,
-                        fp8, scale_rows_per_block, transposed,
-                    );
-                    db = decoded_fp8(
-                        error_values, error_scales, row, at + 1, cols, group, start, len, opaque,
-                        fp8, scale_rows_per_block, transposed,
-                    );
+                let (da, db) = if comptime![decoded] {
+                    (
+                        decoded_fp8(
+                            error_values, error_scales, row, c, cols, group, start, len, opaque,
+                            fp8, scale_rows_per_block, transposed,
+                        ),
+                        decoded_fp8(
+                            error_values, error_scales, row, c + 1, cols, group, start, len, opaque,
+                            fp8, scale_rows_per_block, transposed,
+                        ),
+                    )
                 } else {
-                    da = f32::reinterpret(error_values[base + at]);
-                    db = f32::reinterpret(error_values[base + at + 1]);
-                }
+                    (
+                        f32::reinterpret(error_values[base + c]),
+                        f32::reinterpret(error_values[base + c + 1]),
+                    )
+                };
+                fold_error(a, da, limit, infinity, &mut acc);
+                fold_error(b, db, limit, infinity, &mut acc);
             }
-            let mut sa = 0.0f32;
-            let mut sb = 0.0f32;
             if comptime![copies > 1] {
-                sa = decoded_fp8(
-                    second_values, second_scales, row, at, cols, group, start, len, opaque,
+                let sa = decoded_fp8(
+                    second_values, second_scales, row, c, cols, group, start, len, opaque,
                     fp8, scale_rows_per_block, !transposed,
                 );
-                sb = decoded_fp8(
-                    second_values, second_scales, row, at + 1, cols, group, start, len, opaque,
+                let sb = decoded_fp8(
+                    second_values, second_scales, row, c + 1, cols, group, start, len, opaque,
                     fp8, scale_rows_per_block, !transposed,
                 );
-            }
-            if c < end {
-                fold_value(a, &mut acc);
-                fold_value(b, &mut acc);
-                if comptime![copies > 0] {
-                    fold_error(a, da, limit, infinity, &mut acc);
-                    fold_error(b, db, limit, infinity, &mut acc);
-                }
-                if comptime![copies > 1] {
-                    fold_error(a, sa, second_limit, infinity, &mut second);
-                    fold_error(b, sb, second_limit, infinity, &mut second);
-                }
+                fold_error(a, sa, second_limit, infinity, &mut second);
+                fold_error(b, sb, second_limit, infinity, &mut second);
             }
         }
     }
