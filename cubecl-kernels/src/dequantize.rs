@@ -156,22 +156,47 @@ pub fn dequantize_fp8_grouped_kernel(
         if g < groups {
             let start = usize::cast_from(group_start[g]);
             let len = usize::cast_from(group_len[g]);
-            let local = r - start;
-            let mut code = r * cols + c;
-            let mut scale_index = g;
-            if comptime![transposed] {
-                code = start * cols + c * len + local;
-                if comptime![scale_rows_per_block > 0] {
-                    scale_index = (start / 128) * (cols / scale_rows_per_block)
-                        + (c / scale_rows_per_block) * (len / 128)
-                        + local / 128;
-                }
-            } else if comptime![scale_rows_per_block > 0] {
-                scale_index = (r / scale_rows_per_block) * (cols / 128) + c / 128;
-            }
-            let bits = (codes[code / 4] >> (8 * (code % 4)) as u32) & 0xFFu32;
-            value = decode_fp8(bits, fp8) * f32::reinterpret(scales[scale_index]);
+            value = fp8_grouped_element(
+                codes, scales, r, c, cols, g, start, len, fp8, scale_rows_per_block, transposed,
+            );
         }
         out[e] = value;
     }
+}
+
+/// Element `(r, c)` of a grouped FP8 matrix decoded as `dequantize_fp8_grouped_kernel` decodes it:
+/// row r of group g (rows `start .. start + len`), its code (rowwise `[rows, cols]`; columnwise
+/// group g's own `[cols, len]` at `start · cols`) times its f32 scale (one per group, or a block
+/// scale). The statistics pass that decodes copies itself (`stats`) calls it too, so the two
+/// agree by construction.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_grouped_element(
+    codes: &Array<u32>,
+    scales: &Array<u32>,
+    r: usize,
+    c: usize,
+    cols: usize,
+    g: usize,
+    start: usize,
+    len: usize,
+    #[comptime] fp8: Fp8Kind,
+    #[comptime] scale_rows_per_block: usize,
+    #[comptime] transposed: bool,
+) -> f32 {
+    let local = r - start;
+    let mut code = r * cols + c;
+    let mut scale_index = g;
+    if comptime![transposed] {
+        code = start * cols + c * len + local;
+        if comptime![scale_rows_per_block > 0] {
+            scale_index = (start / 128) * (cols / scale_rows_per_block)
+                + (c / scale_rows_per_block) * (len / 128)
+                + local / 128;
+        }
+    } else if comptime![scale_rows_per_block > 0] {
+        scale_index = (r / scale_rows_per_block) * (cols / 128) + c / 128;
+    }
+    let bits = (codes[code / 4] >> (8 * (code % 4)) as u32) & 0xFFu32;
+    decode_fp8(bits, fp8) * f32::reinterpret(scales[scale_index])
 }

@@ -25,7 +25,8 @@
 //! the partials per group after the read without knowing the split sizes when it launches. Tiles
 //! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
-use crate::codec::{decode_fp8, ElemKind, Fp8Kind};
+use crate::codec::{ElemKind, Fp8Kind};
+use crate::dequantize::fp8_grouped_element;
 use crate::launch::{arg, Fp8Scales, RowGroups};
 use crate::pairs::load_pair;
 use crate::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
@@ -178,17 +179,16 @@ fn cube_fold_fields(
     fields[LN_RANGE_2D] = tile_max(acc[LN_RANGE_2D], scratch, planes);
 }
 
-/// Element `(r, c)` of the quantized copy as FP8 codes decode it: codes and scales laid out as
-/// `dequantize_fp8_grouped_kernel` reads them (group g's rows `start .. start + len`, `local` the
-/// row within its group; one group of `code_rows` rows when ungrouped), the same decode and the
-/// same f32 product. `opaque` is 0 at run time: OR-ing it into the product's bits hides the
-/// product from the compiler, which would otherwise contract it with the subtraction in
-/// `fold_error` into one FMA (one rounding where the dequantized copy rounds twice).
+/// Element `(r, c)` of the quantized copy as FP8 codes decode it (`fp8_grouped_element`, the
+/// grouped dequantize kernel's own decode; one group of `code_rows` rows when ungrouped).
+/// `opaque` is 0 at run time: OR-ing it into the product's bits hides the product from the
+/// compiler, which would otherwise contract it with the subtraction in `fold_error` into one FMA
+/// (one rounding where the dequantized copy rounds twice).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn decoded_fp8(
     codes: &Array<u32>,
-    scales: &Array<f32>,
+    scales: &Array<u32>,
     r: usize,
     c: usize,
     cols: usize,
@@ -200,21 +200,9 @@ fn decoded_fp8(
     #[comptime] scale_rows_per_block: usize,
     #[comptime] transposed: bool,
 ) -> f32 {
-    let local = r - start;
-    let mut code = r * cols + c;
-    let mut scale_index = g;
-    if comptime![transposed] {
-        code = start * cols + c * len + local;
-        if comptime![scale_rows_per_block > 0] {
-            scale_index = (start / 128) * (cols / scale_rows_per_block)
-                + (c / scale_rows_per_block) * (len / 128)
-                + local / 128;
-        }
-    } else if comptime![scale_rows_per_block > 0] {
-        scale_index = (r / scale_rows_per_block) * (cols / 128) + c / 128;
-    }
-    let bits = (codes[code / 4] >> (8 * (code % 4)) as u32) & 0xFFu32;
-    let value = decode_fp8(bits, fp8) * scales[scale_index];
+    let value = fp8_grouped_element(
+        codes, scales, r, c, cols, g, start, len, fp8, scale_rows_per_block, transposed,
+    );
     f32::reinterpret(u32::reinterpret(value) | opaque)
 }
 
@@ -223,7 +211,7 @@ fn decoded_fp8(
 /// With `labelled`, `row_group[r]` is row r's group (i32 bits; `groups` or more: left out);
 /// without, every row is group 0. With `copies` 1, the quantized copy: when not `decoded`,
 /// `error_values` holds its f32 bits in x's layout and `error_scales` one overflow limit per
-/// group; when `decoded`, `error_values` holds FP8 codes and `error_scales` their f32 scales
+/// group (f32 bits); when `decoded`, `error_values` holds FP8 codes and `error_scales` their f32 scales
 /// (`decoded_fp8`; groups from `group_start` / `group_len` when `labelled`, else one group of
 /// `code_rows` rows), and the limit of a per-tensor scale is `fp8_max · scale_inv` (none for
 /// block scales). With `copies` 2 (decoded only), `second_values` / `second_scales` hold a second
@@ -237,9 +225,9 @@ fn decoded_fp8(
 pub fn tensor_stats_kernel(
     input: &Array<u32>,
     error_values: &Array<u32>,
-    error_scales: &Array<f32>,
+    error_scales: &Array<u32>,
     second_values: &Array<u32>,
-    second_scales: &Array<f32>,
+    second_scales: &Array<u32>,
     row_group: &Array<u32>,
     group_start: &Array<u32>,
     group_len: &Array<u32>,
@@ -299,13 +287,13 @@ pub fn tensor_stats_kernel(
                     len = usize::cast_from(group_len[group]);
                 }
                 if comptime![scale_rows_per_block == 0] {
-                    limit = error_scales[group] * fp8_max;
+                    limit = f32::reinterpret(error_scales[group]) * fp8_max;
                     if comptime![copies > 1] {
-                        second_limit = second_scales[group] * fp8_max;
+                        second_limit = f32::reinterpret(second_scales[group]) * fp8_max;
                     }
                 }
             } else {
-                limit = error_scales[group];
+                limit = f32::reinterpret(error_scales[group]);
             }
         }
         for c in range_stepped(first, end, 2usize) {
