@@ -55,6 +55,23 @@ pub(super) fn fp8_kind(fp8: Fp8Format) -> Fp8Kind {
     }
 }
 
+/// An FP8 storage's format, how its scales apply and its f32 scales, as the FP8 dequantize and
+/// decoding statistics kernels read them (per-tensor `scale_inv` or block scales); `None` for
+/// the other formats.
+fn fp8_scaled<B: LowpBackend>(storage: &QuantizedStorage<B>) -> Option<(Fp8Format, kernels::Fp8Scales, &B::Bytes)> {
+    match (&storage.format, &storage.scales) {
+        (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => Some((*fp8, kernels::Fp8Scales::Tensor, s)),
+        (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
+            let kind = match block {
+                BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
+                BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
+            };
+            Some((*fp8, kind, bytes))
+        }
+        _ => None,
+    }
+}
+
 /// The row-index type of an Int tensor the row kernels read (`row_gather`, `group_epilogue`).
 fn index_kind(dtype: DType) -> Option<kernels::row_gather::IndexKind> {
     match dtype {
@@ -710,18 +727,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let Some(Storage::Quantized(storage)) = q.storage(direction) else {
             return super::grouped::dequantize_group_by_group::<Self>(q, direction, groups);
         };
-        let (fp8, scale_kind, scales) = match (&storage.format, &storage.scales) {
-            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-                (*fp8, kernels::Fp8Scales::Tensor, s)
-            }
-            (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
-                let kind = match block {
-                    BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
-                    BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
-                };
-                (*fp8, kind, bytes)
-            }
-            _ => return super::grouped::dequantize_group_by_group::<Self>(q, direction, groups),
+        let Some((fp8, scale_kind, scales)) = fp8_scaled::<Self>(storage) else {
+            return super::grouped::dequantize_group_by_group::<Self>(q, direction, groups);
         };
         let row_group = i32_labels::<R, F, I, BT>(row_group.clone());
         let client = storage.codes.client.clone();
@@ -763,92 +770,77 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         let client = storage.codes.client.clone();
         let rowwise = direction == Direction::Rowwise;
         let (rows, cols) = (q.rows, q.cols);
-        let handle = match (&storage.format, &storage.scales) {
-            (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-                kernels::dequantize_fp8(
-                    &client,
-                    &storage.codes.handle,
-                    &s.handle,
-                    rows,
-                    cols,
-                    fp8_kind(*fp8),
-                    kernels::Fp8Scales::Tensor,
-                    !rowwise,
-                )
-            }
-            (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
-                let kind = match block {
-                    BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
-                    BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
-                };
-                kernels::dequantize_fp8(
-                    &client,
-                    &storage.codes.handle,
-                    &bytes.handle,
-                    rows,
-                    cols,
-                    fp8_kind(*fp8),
-                    kind,
-                    !rowwise,
-                )
-            }
-            (
-                QuantFormat::Mxfp8 { fp8, .. },
-                StorageScales::BlockBytes {
-                    bytes,
-                    layout: ScaleLayout::Compact,
-                    ..
-                },
-            ) => kernels::dequantize_mxfp8(
+        let handle = if let Some((fp8, kind, scales)) = fp8_scaled::<Self>(storage) {
+            kernels::dequantize_fp8(
                 &client,
                 &storage.codes.handle,
-                &bytes.handle,
+                &scales.handle,
                 rows,
                 cols,
-                fp8_kind(*fp8),
-                rowwise,
-            ),
-            (
-                QuantFormat::Nvfp4 { rht, .. },
-                StorageScales::BlockBytes {
-                    bytes,
-                    layout: ScaleLayout::Compact,
-                    ..
-                },
-            ) => {
-                let amax = storage.amax.as_ref().ok_or_else(|| {
-                    LowpError::invalid("NVFP4 amax", "none", "NVFP4 data carries its global amax")
-                })?;
-                kernels::dequantize_nvfp4(
+                fp8_kind(fp8),
+                kind,
+                !rowwise,
+            )
+        } else {
+            match (&storage.format, &storage.scales) {
+                (
+                    QuantFormat::Mxfp8 { fp8, .. },
+                    StorageScales::BlockBytes {
+                        bytes,
+                        layout: ScaleLayout::Compact,
+                        ..
+                    },
+                ) => kernels::dequantize_mxfp8(
                     &client,
                     &storage.codes.handle,
                     &bytes.handle,
-                    &amax.handle,
                     rows,
                     cols,
+                    fp8_kind(*fp8),
                     rowwise,
-                    *rht,
-                )
-            }
-            (
-                _,
-                StorageScales::BlockBytes {
-                    layout: ScaleLayout::Swizzled,
-                    ..
-                },
-            ) => {
-                return Err(LowpError::invalid(
-                    "scale layout",
-                    "swizzled",
-                    "dequantize reads compact scales: unswizzle them first",
-                ))
-            }
-            (format, _) => {
-                return Err(LowpError::invalid(
-                    "scales",
-                    format.name(),
-                    "do not match the format",
-                ))
+                ),
+                (
+                    QuantFormat::Nvfp4 { rht, .. },
+                    StorageScales::BlockBytes {
+                        bytes,
+                        layout: ScaleLayout::Compact,
+                        ..
+                    },
+                ) => {
+                    let amax = storage.amax.as_ref().ok_or_else(|| {
+                        LowpError::invalid("NVFP4 amax", "none", "NVFP4 data carries its global amax")
+                    })?;
+                    kernels::dequantize_nvfp4(
+                        &client,
+                        &storage.codes.handle,
+                        &bytes.handle,
+                        &amax.handle,
+                        rows,
+                        cols,
+                        rowwise,
+                        *rht,
+                    )
+                }
+                (
+                    _,
+                    StorageScales::BlockBytes {
+                        layout: ScaleLayout::Swizzled,
+                        ..
+                    },
+                ) => {
+                    return Err(LowpError::invalid(
+                        "scale layout",
+                        "swizzled",
+                        "dequantize reads compact scales: unswizzle them first",
+                    ))
+                }
+                (format, _) => {
+                    return Err(LowpError::invalid(
+                        "scales",
+                        format.name(),
+                        "do not match the format",
+                    ))
+                }
             }
         };
         Ok(float_tensor(
@@ -1550,16 +1542,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
             let Some(Storage::Quantized(storage)) = q.storage(direction) else {
                 return Ok(None);
             };
-            let (fp8, kind, scales) = match (&storage.format, &storage.scales) {
-                (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => (*fp8, kernels::Fp8Scales::Tensor, s),
-                (QuantFormat::Fp8Block { fp8, block }, StorageScales::BlockF32 { bytes, .. }) => {
-                    let kind = match block {
-                        BlockShape::OneByOneTwentyEight => kernels::Fp8Scales::Block1x128,
-                        BlockShape::OneTwentyEightSquare => kernels::Fp8Scales::Block128x128,
-                    };
-                    (*fp8, kind, bytes)
-                }
-                _ => return Ok(None),
+            let Some((fp8, kind, scales)) = fp8_scaled::<Self>(storage) else {
+                return Ok(None);
             };
             let codes = kernels::stats::Fp8Codes {
                 codes: &storage.codes.handle,
