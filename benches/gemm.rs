@@ -4,13 +4,15 @@
 //! `cargo bench --features cuda --bench gemm`:
 //! * `gemm`: fprop `Y[M,N] = X[M,K]·W[N,K]ᵀ` on pre-quantized operands, BF16 output, for BF16
 //!   (cuBLASLt BF16), FP8 per-tensor (E4M3 x E4M3, fast accumulation) and FP8 block (1x128 x
-//!   128x128) on 4096³, 8192³ and 16384x8192x8192, each with both stream orderings
-//!   (`device_flags`, the default, and `host_sync`); TFLOP/s = 2·M·N·K / time.
+//!   128x128) on 4096³, 8192³ and 16384x8192x8192, each with the three stream orderings
+//!   (`cubecl_stream`, the default, `device_flags` and `host_sync`); TFLOP/s = 2·M·N·K / time.
 //!   Each also gets `host_us` (host time per call: the enqueue loop before the device sync) and,
-//!   for `device_flags`, a `gemm_phases` line splitting that host time by phase (`GemmPhase`).
+//!   for the two that do not wait, a `gemm_phases` line splitting that host time by phase
+//!   (`GemmPhase`).
 //!   The shapes include 1024³, 2048³ and the MoE example's projection and expert shapes.
 //! * `burn_matmul`: Burn's own BF16 matmul (CubeCL, no ordering handshake) on the same shapes.
-//! * `handshake`: the ordering handshake alone (a group of no GEMMs), GPU+host and host time.
+//! * `handshake`: the ordering handshake alone (a group of no GEMMs), GPU+host and host time,
+//!   per ordering that does not wait.
 //! * `gemm_raw`: the same BF16 GEMMs enqueued straight on our cuBLASLt stream, no CubeCL ordering
 //!   at all, and small shapes where a per-GEMM overhead shows: the interop cost is the difference.
 //! * `linear_step`: `Linear` (8192 -> 8192, bias, BF16 parameters and activations) forward +
@@ -126,6 +128,7 @@ fn main() {
                 continue;
             }
             for (ordering_name, ordering) in [
+                ("cubecl_stream", StreamOrdering::CubeclStream),
                 ("device_flags", StreamOrdering::DeviceFlags),
                 ("host_sync", StreamOrdering::HostSync),
             ] {
@@ -141,16 +144,16 @@ fn main() {
                     host * 1e6,
                     flops / seconds / 1e12
                 );
-                if ordering == StreamOrdering::DeviceFlags {
+                if ordering != StreamOrdering::HostSync {
                     report_phases(
                         &client,
-                        &format!("gemm {name} {m}x{n}x{k}"),
+                        &format!("gemm {name} {m}x{n}x{k} {ordering_name}"),
                         iterations,
                         call,
                     );
                 }
             }
-            set_stream_ordering(StreamOrdering::DeviceFlags);
+            set_stream_ordering(StreamOrdering::CubeclStream);
         }
         // Burn's own matmul (CubeCL, on CubeCL's stream, no ordering handshake), BF16.
         if selected(&format!("burn_matmul bf16 {m}x{n}x{k}")) {
@@ -319,15 +322,22 @@ fn report_handshake(client: &ComputeClient<CudaRuntime>) {
     if !selected("handshake") {
         return;
     }
-    let call = || {
-        run_group_on_cubecl_buffers(client, 0, &[], (), |_| Vec::new()).expect("handshake");
-    };
-    let seconds = time(client, 400, 3, call);
-    let host = host_time(client, 400, call);
-    println!(
-        "{{\"bench\":\"handshake\",\"time_us\":{:.2},\"host_us\":{:.2}}}",
-        seconds * 1e6,
-        host * 1e6
-    );
-    report_phases(client, "handshake", 400, call);
+    for (ordering_name, ordering) in [
+        ("cubecl_stream", StreamOrdering::CubeclStream),
+        ("device_flags", StreamOrdering::DeviceFlags),
+    ] {
+        set_stream_ordering(ordering);
+        let call = || {
+            run_group_on_cubecl_buffers(client, 0, &[], (), |_| Vec::new()).expect("handshake");
+        };
+        let seconds = time(client, 400, 3, call);
+        let host = host_time(client, 400, call);
+        println!(
+            "{{\"bench\":\"handshake\",\"ordering\":\"{ordering_name}\",\"time_us\":{:.2},\"host_us\":{:.2}}}",
+            seconds * 1e6,
+            host * 1e6
+        );
+        report_phases(client, &format!("handshake {ordering_name}"), 400, call);
+    }
+    set_stream_ordering(StreamOrdering::CubeclStream);
 }

@@ -110,10 +110,11 @@ def main():
         return
     ours = [json.loads(line) for line in open(args.ours) if line.startswith("{")]
     for o in ours:
-        if o.get("bench") == "gemm" and o.get("ordering") == "device_flags":
+        if o.get("bench") == "gemm" and o.get("ordering") in ("cubecl_stream", "device_flags"):
             t = theirs.get(("gemm", o["format"], o["m"], o["n"], o["k"]))
             if t:
-                print(json.dumps({"compare": "gemm_tflops_ours_over_torch", "format": o["format"], "m": o["m"], "n": o["n"], "k": o["k"],
+                print(json.dumps({"compare": "gemm_tflops_ours_over_torch", "ordering": o["ordering"], "format": o["format"],
+                                  "m": o["m"], "n": o["n"], "k": o["k"],
                                   "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
         if o.get("bench") == "burn_matmul":
             t = theirs.get(("gemm", "bf16", o["m"], o["n"], o["k"]))

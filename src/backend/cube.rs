@@ -399,7 +399,11 @@ impl HostRead {
         #[cfg(not(feature = "cuda"))]
         let _ = marked;
         #[cfg(feature = "cuda")]
-        let task_mark = mark.clone();
+        use super::cublaslt::{stream_ordering, StreamOrdering};
+        // Under `DeviceFlags` the mark is made in the read's task (it launches CubeCL kernels);
+        // under `CubeclStream` by a task of CubeCL's server queued right behind it.
+        #[cfg(feature = "cuda")]
+        let task_mark = mark.clone().filter(|_| stream_ordering() == StreamOrdering::DeviceFlags);
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
@@ -409,6 +413,12 @@ impl HostRead {
                 *mark.lock().expect("host read mark") = super::cublaslt::mark_cubecl_stream(cuda, device);
             }
         });
+        #[cfg(feature = "cuda")]
+        if let Some((mark, device)) = &mark {
+            if stream_ordering() == StreamOrdering::CubeclStream {
+                super::cublaslt::queue_stream_mark(*device, mark.clone());
+            }
+        }
         #[cfg(feature = "cuda")]
         let complete_on_drop = !super::cuda_gemm::is_cuda::<R>();
         #[cfg(not(feature = "cuda"))]

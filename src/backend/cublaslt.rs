@@ -1,9 +1,16 @@
 //! cuBLASLt GEMMs on CUDA, on the device buffers CubeCL owns. Stream interop lives here and
 //! nowhere else.
 //!
-//! CubeCL 0.10 does not expose its CUDA stream, so cuBLASLt runs on a stream of ours, and the two
-//! are ordered one of two ways (`StreamOrdering`):
-//! * `DeviceFlags` (default, no host synchronization): a one-thread CubeCL kernel writes a
+//! cuBLASLt runs on streams of ours, ordered against CubeCL's stream one of three ways
+//! (`StreamOrdering`):
+//! * `CubeclStream` (default, no host synchronization, no extra kernels): the GEMM task runs on
+//!   CubeCL's device thread with CubeCL's server in hand, which (through the one method our
+//!   vendored `cubecl-cuda` adds, `CudaServer::stream_for_external_work`) names the CUDA stream
+//!   the caller's CubeCL work runs on and resolves the operands' pointers as a kernel launch
+//!   would. Our stream waits for an event recorded there, the GEMMs run, and CubeCL's stream
+//!   waits for an event recorded after them: four driver calls, nothing resident on an SM.
+//! * `DeviceFlags` (what CubeCL 0.10 as published allows: it does not expose its stream): a
+//!   one-thread CubeCL kernel writes a
 //!   counter value to a device flag after the GEMM's producers; a one-thread kernel on our stream
 //!   (NVRTC) waits for it, the GEMM runs, `cuMemsetD32Async` writes the value to a second flag,
 //!   and a one-thread CubeCL kernel holds CubeCL's stream until it sees it. (The driver's
@@ -12,7 +19,7 @@
 //!   runs after the GEMM. This assumes the GEMM's operands live on the calling thread's CubeCL
 //!   stream, which is how Burn runs a training step.
 //! * `HostSync` (fallback): pin the operands, `client.sync()`, run the GEMM, synchronize our
-//!   stream. Two host round trips per GEMM; `benches/gemm.rs` measures what they cost.
+//!   stream. Two host round trips per GEMM; `benches/gemm.rs` measures what each ordering costs.
 //! Both contexts are the device's primary context, so pointers are shared.
 //!
 //! A group of GEMMs that run together (a grouped GEMM's per-expert GEMMs) shares one handshake:
@@ -21,9 +28,10 @@
 //! pointer-array batch (`LtBatch`): a kernel of ours writes its pointer arrays on our stream from
 //! the groups' device offsets, so the host never needs them.
 //!
-//! While a GEMM runs, CubeCL's stream holds one SM with its wait kernel; every matmul descriptor
-//! therefore targets one SM less (`CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET`), which measured free on
-//! its own and removes the waiting kernel's 7-22% slowdown of large GEMMs
+//! Under `DeviceFlags`, while a GEMM runs CubeCL's stream holds one SM with its wait kernel; a
+//! plan made under that ordering therefore targets one SM less
+//! (`CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET`), which measured free on its own and removes the
+//! waiting kernel's 7-22% slowdown of large GEMMs
 //! (`shared/reference/gemm-interop-measurements.md`).
 
 use std::any::Any;
@@ -36,7 +44,7 @@ use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::device::Device;
 use burn_lowp_kernels::cubecl::device_handle::DeviceHandle;
 use burn_lowp_kernels::cubecl::prelude::*;
-use burn_lowp_kernels::cubecl::server::Handle;
+use burn_lowp_kernels::cubecl::server::{Binding, Handle};
 use burn_lowp_kernels::cubecl::stream_id::StreamId;
 use burn_lowp_kernels::stream_flags::{DONE, FLAG_WORDS, READY, TIMED_OUT};
 use cudarc::cublaslt::{result as lt, sys as lts};
@@ -51,21 +59,24 @@ use crate::error::{LowpError, Result};
 /// How a cuBLASLt GEMM is ordered against CubeCL's stream (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamOrdering {
+    CubeclStream,
     DeviceFlags,
     HostSync,
 }
 
 static ORDERING: AtomicU8 = AtomicU8::new(u8::MAX);
 
-/// The ordering in use: set by `set_stream_ordering`, else `LOWP_STREAM_ORDERING=host-sync`, else
-/// `DeviceFlags`.
+/// The ordering in use: set by `set_stream_ordering`, else `LOWP_STREAM_ORDERING=host-sync` or
+/// `=device-flags`, else `CubeclStream`.
 pub fn stream_ordering() -> StreamOrdering {
     match ORDERING.load(Ordering::Relaxed) {
         0 => StreamOrdering::DeviceFlags,
         1 => StreamOrdering::HostSync,
+        2 => StreamOrdering::CubeclStream,
         _ => match std::env::var("LOWP_STREAM_ORDERING").as_deref() {
             Ok("host-sync") => StreamOrdering::HostSync,
-            _ => StreamOrdering::DeviceFlags,
+            Ok("device-flags") => StreamOrdering::DeviceFlags,
+            _ => StreamOrdering::CubeclStream,
         },
     }
 }
@@ -75,6 +86,7 @@ pub fn set_stream_ordering(ordering: StreamOrdering) {
         match ordering {
             StreamOrdering::DeviceFlags => 0,
             StreamOrdering::HostSync => 1,
+            StreamOrdering::CubeclStream => 2,
         },
         Ordering::Relaxed,
     );
@@ -297,8 +309,14 @@ pub struct CublasLt {
     lanes: Vec<Lane>,
     handle: lts::cublasLtHandle_t,
     workspace_size: usize,
-    /// The SMs a GEMM may plan for: all but the one CubeCL's wait kernel holds.
+    /// The SMs a GEMM planned under `DeviceFlags` may use: all but the one CubeCL's wait kernel
+    /// holds.
     sm_target: i32,
+    /// Recorded on CubeCL's stream before a `CubeclStream` group (our main stream waits for it)
+    /// and on our main stream after it (CubeCL's stream waits): a wait takes the event as last
+    /// recorded when the wait is queued, so two events serve every group.
+    fork: cudarc::driver::CudaEvent,
+    join: cudarc::driver::CudaEvent,
     plans: HashMap<PlanKey, Plan>,
     flags: HashMap<u64, StreamFlags>,
     /// Our stream's kernels (NVRTC), compiled on first use.
@@ -388,7 +406,12 @@ impl CublasLt {
             ctx.name().map_err(driver_error("device name"))?,
             unsafe { lts::cublasLtGetVersion() }
         );
+        let no_timing = Some(cuda::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let fork = ctx.new_event(no_timing).map_err(driver_error("event"))?;
+        let join = ctx.new_event(no_timing).map_err(driver_error("event"))?;
         let mut instance = CublasLt {
+            fork,
+            join,
             ctx,
             lanes: Vec::new(),
             handle,
@@ -561,7 +584,9 @@ impl CublasLt {
     /// The descriptor attributes fixed by the GEMM's shape and formats (not its pointers).
     unsafe fn describe(&self, desc: lts::cublasLtMatmulDesc_t, g: &LtGemm) -> Result<()> {
         unsafe {
-            set(desc, Attr::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
+            if stream_ordering() == StreamOrdering::DeviceFlags {
+                set(desc, Attr::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
+            }
             set(
                 desc,
                 Attr::CUBLASLT_MATMUL_DESC_TRANSA,
@@ -871,6 +896,31 @@ impl CublasLt {
         Ok(())
     }
 
+    /// Orders our main stream after what `stream` (CubeCL's) has queued so far.
+    fn fork_from(&mut self, stream: cuda::CUstream) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+        unsafe {
+            cuda::cuEventRecord(self.fork.cu_event(), stream)
+                .result()
+                .map_err(driver_error("record event on CubeCL's stream"))?;
+            cuda::cuStreamWaitEvent(self.main_stream().cu_stream(), self.fork.cu_event(), 0)
+                .result()
+                .map_err(driver_error("wait for CubeCL's stream"))
+        }
+    }
+
+    /// Orders what `stream` (CubeCL's) queues next after what our main stream has queued.
+    fn join_into(&mut self, stream: cuda::CUstream) -> Result<()> {
+        unsafe {
+            cuda::cuEventRecord(self.join.cu_event(), self.main_stream().cu_stream())
+                .result()
+                .map_err(driver_error("record event on our stream"))?;
+            cuda::cuStreamWaitEvent(stream, self.join.cu_event(), 0)
+                .result()
+                .map_err(driver_error("CubeCL's stream waits for ours"))
+        }
+    }
+
     /// The flags of the calling thread's CubeCL stream on `client`, created on first use.
     fn stream_flags(&mut self, client: &ComputeClient<CudaRuntime>) -> Result<&mut StreamFlags> {
         let stream = StreamId::current().value;
@@ -1123,11 +1173,12 @@ pub fn timed_out_gemm(client: &ComputeClient<CudaRuntime>, device: usize) -> Res
     ))
 }
 
-/// A point in CubeCL's calling stream that the host can test without waiting: our stream waits
-/// (one READY handshake, as before a GEMM) until CubeCL's stream has passed it, then records an
-/// event. CubeCL does not expose its stream or events, and its read futures can only be waited
-/// on; this lets a copy to the host queued before the mark be known to have arrived
-/// (`host_copy::HostCopy::try_get`) without a waiting thread.
+/// A point in CubeCL's calling stream that the host can test without waiting: an event recorded
+/// on CubeCL's stream (`CubeclStream`, `queue_stream_mark`), or under `DeviceFlags` on our stream
+/// once it has waited (one READY handshake, as before a GEMM) until CubeCL's stream has passed
+/// the point. CubeCL's read futures can only be waited on; this lets a copy to the host queued
+/// before the mark be known to have arrived (`host_copy::HostCopy::try_get`) without a waiting
+/// thread.
 pub struct StreamMark {
     ctx: Arc<CudaContext>,
     event: cudarc::driver::CudaEvent,
@@ -1140,10 +1191,40 @@ impl StreamMark {
     }
 }
 
-/// Marks the calling CubeCL stream at what it has queued so far (see `StreamMark`). Call on
-/// CubeCL's device thread, from one of our tasks (`DeviceTasks`), as the GEMMs do. `None` under
-/// host-synchronized ordering or if the mark cannot be queued (nothing is then left waiting:
-/// our stream's wait is the last thing queued).
+/// Under `CubeclStream`: queues on CubeCL's device thread, behind what this thread has queued,
+/// a task that puts into `slot` a mark of the calling CubeCL stream at that point (see
+/// `StreamMark`; `None` if the event cannot be recorded).
+pub fn queue_stream_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>) {
+    cubecl_server(device).submit(move |server: &mut CudaServer| {
+        let mark = server
+            .stream_for_external_work(StreamId::current(), Vec::new())
+            .map_err(|e| LowpError::invalid("CubeCL", "stream", format!("{e:?}")))
+            .and_then(|(stream, _)| {
+                CublasLt::with(device, |lt| {
+                    lt.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+                    let event = lt
+                        .ctx
+                        .new_event(Some(cuda::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                        .map_err(driver_error("event"))?;
+                    unsafe { cuda::cuEventRecord(event.cu_event(), stream) }
+                        .result()
+                        .map_err(driver_error("record event on CubeCL's stream"))?;
+                    Ok(StreamMark {
+                        ctx: lt.ctx.clone(),
+                        event,
+                    })
+                })
+            });
+        if let Ok(mut slot) = slot.lock() {
+            *slot = mark.ok();
+        }
+    });
+}
+
+/// Under `DeviceFlags`: marks the calling CubeCL stream at what it has queued so far (see
+/// `StreamMark`). Call on CubeCL's device thread, from one of our tasks (`DeviceTasks`), as the
+/// GEMMs do. `None` under other orderings or if the mark cannot be queued (nothing is then left
+/// waiting: our stream's wait is the last thing queued).
 pub fn mark_cubecl_stream(client: &ComputeClient<CudaRuntime>, device: usize) -> Option<StreamMark> {
     if stream_ordering() != StreamOrdering::DeviceFlags {
         return None;
@@ -1224,23 +1305,25 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
 ) -> Result<()> {
     deferred_gemm_error()?;
     let handed = profile::start();
-    if stream_ordering() == StreamOrdering::DeviceFlags {
+    let ordering = stream_ordering();
+    if ordering == StreamOrdering::CubeclStream {
+        let bindings: Vec<Binding> = buffers.iter().map(|h| (*h).clone().binding()).collect();
+        cubecl_server(device).submit(move |server: &mut CudaServer| {
+            let started = profile::record(GemmPhase::ToDeviceThread, handed);
+            let run = || run_on_cubecl_stream(server, device, bindings, build, started);
+            defer_failure(std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)));
+            drop(keep);
+        });
+        return Ok(());
+    }
+    if ordering == StreamOrdering::DeviceFlags {
         let handles: Vec<Handle> = buffers.iter().map(|h| (*h).clone()).collect();
         let task_client = client.clone();
         device_thread(device).submit(move |_: &mut DeviceTasks| {
             let started = profile::record(GemmPhase::ToDeviceThread, handed);
             let buffers: Vec<&Handle> = handles.iter().collect();
-            // A panic would otherwise be caught (and only logged) by CubeCL's channel.
-            let run = || run_on_device_thread(&task_client, device, &buffers, build, started);
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => defer_gemm_error(e),
-                Err(panic) => defer_gemm_error(LowpError::invalid(
-                    "cuBLASLt GEMM task",
-                    panic_message(panic.as_ref()),
-                    "panicked on CubeCL's device thread",
-                )),
-            }
+            let run = || run_on_device_thread(&task_client, device, &buffers, build, started, ordering);
+            defer_failure(std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)));
             drop(keep);
         });
         return Ok(());
@@ -1248,7 +1331,7 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
     let (result, finished) = client
         .exclusive(|| {
             let started = profile::record(GemmPhase::ToDeviceThread, handed);
-            let result = run_on_device_thread(client, device, buffers, build, started);
+            let result = run_on_device_thread(client, device, buffers, build, started, ordering);
             (result, profile::start())
         })
         .map_err(|e| LowpError::invalid("CubeCL", "device thread", format!("{e:?}")))?;
@@ -1260,6 +1343,28 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
 /// The queue of CubeCL's device thread of CUDA device `device`, for our tasks.
 fn device_thread(device: usize) -> DeviceHandle<DeviceTasks> {
     DeviceHandle::new(CudaDevice::new(device).to_id())
+}
+
+/// CubeCL's CUDA server of device `device`, the same queue and thread as `device_thread`; a task
+/// submitted here holds the server, so it must not call CubeCL's client (which would borrow the
+/// server again on this thread).
+type CudaServer = <CudaRuntime as Runtime>::Server;
+fn cubecl_server(device: usize) -> DeviceHandle<CudaServer> {
+    DeviceHandle::new(CudaDevice::new(device).to_id())
+}
+
+/// Keeps a GEMM task's failure for the next GEMM call: a task queued without waiting cannot
+/// return it, and a panic would otherwise be caught (and only logged) by CubeCL's channel.
+fn defer_failure(outcome: std::thread::Result<Result<()>>) {
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => defer_gemm_error(e),
+        Err(panic) => defer_gemm_error(LowpError::invalid(
+            "cuBLASLt GEMM task",
+            panic_message(panic.as_ref()),
+            "panicked on CubeCL's device thread",
+        )),
+    }
 }
 
 /// The text of a caught panic's payload.
@@ -1293,15 +1398,43 @@ pub fn deferred_gemm_error() -> Result<()> {
     }
 }
 
+/// A GEMM group on CubeCL's own stream (`StreamOrdering::CubeclStream`), run by a task that holds
+/// CubeCL's server on its device thread.
+fn run_on_cubecl_stream(
+    server: &mut CudaServer,
+    device: usize,
+    bindings: Vec<Binding>,
+    build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
+    started: Option<std::time::Instant>,
+) -> Result<()> {
+    let (stream, pointers) = server
+        .stream_for_external_work(StreamId::current(), bindings)
+        .map_err(|e| LowpError::invalid("CubeCL", "operand buffers", format!("{e:?}")))?;
+    let t = profile::record(GemmPhase::Pin, started);
+    let gemms = build(&pointers);
+    check_aligned(&gemms)?;
+    CublasLt::with(device, |lt| {
+        lt.fork_from(stream)?;
+        let t = profile::record(GemmPhase::WaitReady, t);
+        let result = unsafe { lt.enqueue_group(&gemms) };
+        let t = profile::record(GemmPhase::Enqueue, t);
+        // Joined even if a GEMM could not be queued: the ones before it are.
+        let joined = lt.join_into(stream);
+        profile::record(GemmPhase::Done, t);
+        result.and(joined)
+    })
+}
+
 fn run_on_device_thread(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
     build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
     started: Option<std::time::Instant>,
+    ordering: StreamOrdering,
 ) -> Result<()> {
-    CublasLt::with(device, |lt| match stream_ordering() {
-        StreamOrdering::HostSync => {
+    CublasLt::with(device, |lt| match ordering {
+        StreamOrdering::HostSync | StreamOrdering::CubeclStream => {
             let (pins, pointers) = pin_buffers(client, buffers)?;
             let gemms = build(&pointers);
             check_aligned(&gemms)?;
