@@ -1,14 +1,19 @@
-//! `moe_train --host-profile DIR`: where the host's CPU time goes in the training steps.
+//! `moe_train --host-profile DIR`: where the host's time goes in the training steps.
 //!
 //! The GPU machine has no perf, gdb or Nsight Systems, and stack samples under cuda-gdb slow
-//! every kernel launch, so the profiler lives in the process: pprof's SIGPROF sampler (CPU time,
-//! every thread, 999 Hz) over the steps after the first few (which compile kernels and autotune).
-//! It writes `flamegraph.svg` and `summary.txt`: per thread, CPU ms per step, the hottest
-//! functions by self time (collapsed onto their nearest Rust caller, since libcuda and libc have
-//! no symbols worth reading) and by inclusive time; and, since a sampler of CPU time cannot see a
-//! thread that waits, the wall-clock phases of every cuBLASLt GEMM call (`backend::gemm_profile`:
-//! the round trips to CubeCL's device thread among them). Built with `--features host-profile`;
-//! without it, `--host-profile` is an error, not a silent no-op.
+//! every kernel launch, so the profiler lives in the process, over the steps after the first few
+//! (which compile kernels and autotune). It samples **wall-clock** time: a thread of ours sends
+//! SIGPROF (pprof's signal, whose handler records the stack of the thread it interrupts) to the
+//! training thread and to CubeCL's device threads in turn, `WALL_HZ` times a second each, whether
+//! they run or wait. (pprof's own timer counts process CPU time and fires at most once per
+//! scheduler tick: a process keeping two threads busy got about 250 samples a second, not 999,
+//! which made busy threads look idle. Its rate is set to 1 Hz here.) A thread that waits shows
+//! the wait's stack: a futex under a channel's receive, a sleep in CubeCL's idle loop.
+//! It writes `flamegraph.svg` and `summary.txt`: per thread, wall ms per step, the functions by
+//! self time (collapsed onto their nearest Rust caller, since libcuda and libc have no symbols
+//! worth reading) and by inclusive time; and the wall-clock phases of every cuBLASLt GEMM call
+//! (`backend::gemm_profile`). Built with `--features host-profile`; without it, `--host-profile`
+//! is an error, not a silent no-op.
 
 use std::path::{Path, PathBuf};
 
@@ -17,15 +22,17 @@ use crate::error::LowpError;
 /// Steps left out at the start of a run before sampling begins.
 pub const HOST_PROFILE_SKIP_STEPS: usize = 5;
 
-/// Samples per second of CPU time.
+/// Wall-clock samples per second of each sampled thread.
 #[cfg(feature = "host-profile")]
-const FREQUENCY: i32 = 999;
+const WALL_HZ: u32 = 500;
 
 /// A running profile of the host.
 pub struct HostProfile {
     dir: PathBuf,
     #[cfg(feature = "host-profile")]
     guard: pprof::ProfilerGuard<'static>,
+    #[cfg(feature = "host-profile")]
+    sampler: wall::WallSampler,
 }
 
 impl HostProfile {
@@ -42,19 +49,22 @@ impl HostProfile {
         std::fs::create_dir_all(dir).map_err(|e| LowpError::file(dir, e))
     }
 
-    /// Starts sampling every thread of the process.
+    /// Starts sampling the calling (training) thread and CubeCL's device threads.
     pub fn start(dir: &Path) -> Result<Self, LowpError> {
         Self::check(dir)?;
         #[cfg(feature = "host-profile")]
         {
             let guard = pprof::ProfilerGuardBuilder::default()
-                .frequency(FREQUENCY)
+                .frequency(1)
                 .build()
                 .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the sampler did not start: {e}")))?;
+            let sampler = wall::WallSampler::start(WALL_HZ)
+                .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the wall-clock sampler did not start: {e}")))?;
             crate::backend::set_gemm_profiling(true);
             Ok(Self {
                 dir: dir.to_path_buf(),
                 guard,
+                sampler,
             })
         }
         #[cfg(not(feature = "host-profile"))]
@@ -66,6 +76,8 @@ impl HostProfile {
     pub fn finish(self, steps: usize) -> Result<PathBuf, LowpError> {
         #[cfg(feature = "host-profile")]
         {
+            // Stops and joins the sampling thread first.
+            drop(self.sampler);
             let report = self
                 .guard
                 .report()
@@ -90,7 +102,7 @@ impl HostProfile {
                     samples: count.max(0) as u64,
                 })
                 .collect();
-            let mut text = summary(&stacks, steps, FREQUENCY as f64);
+            let mut text = summary(&stacks, steps, WALL_HZ as f64);
             text.push_str(&gemm_phases(&crate::backend::gemm_profile(), steps));
             crate::backend::set_gemm_profiling(false);
             let path = self.dir.join("summary.txt");
@@ -123,8 +135,8 @@ fn is_rust(function: &str) -> bool {
     function.contains("::")
 }
 
-/// Per thread (most samples first): CPU ms per step, the top functions by self time collapsed
-/// onto their nearest Rust frame, and the top functions by inclusive time.
+/// Per thread (most samples first): ms per step, the top functions by self time collapsed onto
+/// their nearest Rust frame, and the top functions by inclusive time.
 pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
     use std::collections::{BTreeMap, HashSet};
     use std::fmt::Write as _;
@@ -146,7 +158,7 @@ pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
     let total: u64 = threads.iter().map(|t| t.2).sum();
     let _ = writeln!(
         out,
-        "{total} samples at {frequency} Hz over {steps} steps ({:.1} CPU ms per step, all threads)",
+        "{total} wall-clock samples at {frequency} Hz per thread over {steps} steps ({:.1} ms per step, all sampled threads)",
         ms_per_step(total)
     );
     let top = |counts: BTreeMap<String, u64>| {
@@ -158,7 +170,7 @@ pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
     for (thread, stacks, samples) in &threads {
         let _ = writeln!(
             out,
-            "\n## thread {thread}: {samples} samples, {:.2} CPU ms per step",
+            "\n## thread {thread}: {samples} samples, {:.2} ms per step",
             ms_per_step(*samples)
         );
         let mut self_time: BTreeMap<String, u64> = BTreeMap::new();
@@ -197,6 +209,88 @@ pub fn gemm_phases(phases: &[(crate::backend::GemmPhase, f64, u64)], steps: usiz
     out
 }
 
+/// Wall-clock sampling: SIGPROF sent to chosen threads at a fixed rate (see the module docs).
+#[cfg(feature = "host-profile")]
+mod wall {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
+
+    pub struct WallSampler {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    /// The thread ids of CubeCL's device threads (named `DS<stage>-<type>-<index>`).
+    fn device_threads() -> Vec<libc::pid_t> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|task| {
+                let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+                let tid = task.file_name().to_str()?.parse().ok()?;
+                name.starts_with("DS").then_some(tid)
+            })
+            .collect()
+    }
+
+    impl WallSampler {
+        /// Samples the calling thread and CubeCL's device threads, `hz` times a second each.
+        pub fn start(hz: u32) -> std::io::Result<Self> {
+            let pid = unsafe { libc::getpid() };
+            let caller = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+            let stop = Arc::new(AtomicBool::new(false));
+            let stopped = stop.clone();
+            let period = Duration::from_secs_f64(1.0 / hz as f64);
+            let thread = std::thread::Builder::new()
+                .name("wall-sampler".into())
+                .spawn(move || {
+                    let mut targets = vec![caller];
+                    let mut listed = Instant::now();
+                    let mut next = Instant::now();
+                    while !stopped.load(Ordering::Relaxed) {
+                        if targets.len() == 1 || listed.elapsed() > Duration::from_millis(200) {
+                            targets = std::iter::once(caller).chain(device_threads()).collect();
+                            listed = Instant::now();
+                        }
+                        // One thread at a time, spread over the period: pprof's handler drops a
+                        // sample that arrives while another thread's is being recorded.
+                        let slot = period / targets.len() as u32;
+                        for &tid in &targets {
+                            unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGPROF) };
+                            next += slot;
+                            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                                std::thread::sleep(wait);
+                            } else {
+                                next = Instant::now();
+                            }
+                        }
+                    }
+                })?;
+            Ok(Self {
+                stop,
+                thread: Some(thread),
+            })
+        }
+
+        pub fn stop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    impl Drop for WallSampler {
+        fn drop(&mut self) {
+            self.stop();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,7 +324,7 @@ mod tests {
         ];
         // 60 samples at 10 Hz over 2 steps: 3 s per step.
         let text = summary(&stacks, 2, 10.0);
-        assert!(text.contains("## thread main: 60 samples, 3000.00 CPU ms per step"), "{text}");
+        assert!(text.contains("## thread main: 60 samples, 3000.00 ms per step"), "{text}");
         assert!(text.contains(" 1500.00  cubecl::launch <- memcpy"), "{text}");
         assert!(text.contains("  500.00  cubecl::launch\n"), "{text}");
         // Inclusive: main::step in every stack; the recursive frame counted once per stack.
