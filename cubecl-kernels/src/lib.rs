@@ -45,6 +45,8 @@ pub mod row_gather;
 pub mod rope;
 pub mod row_scale;
 pub mod scale;
+#[cfg(test)]
+mod sliced_pool;
 pub mod softmax;
 pub mod stats;
 pub mod stream_flags;
