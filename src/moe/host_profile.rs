@@ -222,17 +222,30 @@ mod wall {
         thread: Option<JoinHandle<()>>,
     }
 
-    /// The thread ids of CubeCL's device threads (named `DS<stage>-<type>-<index>`).
+    /// CPU time a thread has used, in clock ticks (`utime + stime` of `/proc/.../stat`).
+    fn cpu_ticks(task: &std::path::Path) -> Option<u64> {
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        // The fields after the parenthesised name: state is the first, utime the 12th.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    }
+
+    /// The thread ids of CubeCL's device threads (named `DS<stage>-<type>-<index>`). Threads
+    /// they spawn inherit the name (Linux copies it unless the spawner sets one); such a helper
+    /// that never ran (parked on a channel in the first profiles) would double the thread's
+    /// samples, so only threads that have used at least 50 ms of CPU count.
     fn device_threads() -> Vec<libc::pid_t> {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
             return Vec::new();
         };
+        let min_ticks = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64).div_ceil(20);
         tasks
             .flatten()
             .filter_map(|task| {
                 let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
                 let tid = task.file_name().to_str()?.parse().ok()?;
-                name.starts_with("DS").then_some(tid)
+                let busy = cpu_ticks(&task.path())? >= min_ticks;
+                (name.starts_with("DS") && busy).then_some(tid)
             })
             .collect()
     }
