@@ -22,9 +22,10 @@
 //!   stream. Two host round trips per GEMM; `benches/gemm.rs` measures what each ordering costs.
 //! Both contexts are the device's primary context, so pointers are shared.
 //!
-//! A group of GEMMs that run together (a grouped GEMM's per-expert GEMMs) shares one handshake:
-//! after READY our stream forks to `LANES` streams (each with its own workspace), the GEMMs run
-//! round-robin on them, and the forks join before DONE. A GEMM may also be a cuBLASLt
+//! A group of GEMMs that run together (a grouped GEMM's per-expert GEMMs) shares one ordering:
+//! once our main stream is ordered after CubeCL's, it forks to `LANES` streams (each with its own
+//! workspace), the GEMMs run round-robin on them, and the forks join our main stream before
+//! CubeCL's is ordered after it. A GEMM may also be a cuBLASLt
 //! pointer-array batch (`LtBatch`): a kernel of ours writes its pointer arrays on our stream from
 //! the groups' device offsets, so the host never needs them.
 //!
@@ -1434,6 +1435,8 @@ fn run_on_device_thread(
     ordering: StreamOrdering,
 ) -> Result<()> {
     CublasLt::with(device, |lt| match ordering {
+        // (`CubeclStream` groups run in `run_on_cubecl_stream`; this arm would order one with the
+        // host if it came here.)
         StreamOrdering::HostSync | StreamOrdering::CubeclStream => {
             let (pins, pointers) = pin_buffers(client, buffers)?;
             let gemms = build(&pointers);

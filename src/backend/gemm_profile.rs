@@ -5,13 +5,16 @@
 //! Phases (`GemmPhase`), in the order one call runs them:
 //! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is
 //!   handed to CubeCL's device thread (`cuda_gemm::prepare`, output allocation);
-//! * `ToDeviceThread`: from `client.exclusive` being called to the task starting on CubeCL's
-//!   device thread (queueing and wake-up);
-//! * `Signal`: launching CubeCL's READY signal kernel;
-//! * `Pin`: `get_resource` for every buffer (which also flushes CubeCL's queued launches);
-//! * `WaitReady`: launching our stream's READY wait kernel;
+//! * `ToDeviceThread`: from the task being queued to it starting on CubeCL's device thread
+//!   (queueing and wake-up);
+//! * `Signal` (`DeviceFlags` only): launching CubeCL's READY signal kernel;
+//! * `Pin`: the buffers' device pointers (`stream_for_external_work` on CubeCL's stream,
+//!   `get_resource` per buffer under the other orderings);
+//! * `WaitReady`: our stream waiting for CubeCL's (an event under `CubeclStream`, the READY wait
+//!   kernel under `DeviceFlags`);
 //! * `Enqueue`: the cuBLASLt calls (descriptor, layouts, algorithm lookup, `cublasLtMatmul`);
-//! * `Done`: the DONE write on our stream and CubeCL's DONE wait kernel;
+//! * `Done`: CubeCL's stream waiting for ours (an event, or the DONE write and CubeCL's DONE wait
+//!   kernel);
 //! * `FromDeviceThread`: from the task's end back to the calling thread;
 //! * `Call`: the whole `lowp_gemm` call, all of the above included.
 
