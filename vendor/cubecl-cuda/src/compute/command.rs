@@ -463,15 +463,20 @@ impl<'a> Command<'a> {
         const_info: Option<*mut c_void>,
         logger: Arc<ServerLogger>,
     ) -> Result<(), LaunchError> {
-        if !self.ctx.module_names.contains_key(&kernel_id) {
-            self.ctx.compile_kernel(&kernel_id, kernel, mode, logger)?;
-        }
+        // burn-lowp patch: one lookup of the compiled kernel (a second one on first use only).
+        let compiled = match self.ctx.module_names.get(&kernel_id) {
+            Some(compiled) => compiled.clone(),
+            None => {
+                self.ctx.compile_kernel(&kernel_id, kernel, mode, logger)?;
+                self.ctx.module_names[&kernel_id].clone()
+            }
+        };
 
         let stream = self.streams.current();
 
         let result = self.ctx.execute_task(
             stream,
-            kernel_id,
+            &compiled,
             dispatch_count,
             tensor_maps,
             resources,

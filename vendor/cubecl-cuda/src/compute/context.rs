@@ -43,7 +43,7 @@ pub(crate) struct CudaContext {
     pub properties: DeviceProperties,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CompiledKernel {
     cube_dim: CubeDim,
     shared_mem_bytes: usize,
@@ -261,6 +261,20 @@ impl CudaContext {
                 }
             })?
         };
+        // burn-lowp patch (`vendor/README.md`): set once here, not before every launch (the
+        // attribute belongs to the function and this value never changes for it).
+        // SAFETY: `func` is the function handle just fetched from the loaded module.
+        unsafe {
+            cudarc::driver::result::function::set_function_attribute(
+                func,
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_mem_bytes as i32,
+            )
+            .map_err(|err| CompilationError::Generic {
+                reason: format!("Unable to set the kernel's dynamic shared memory size: {err:?}"),
+                backtrace: BackTrace::capture(),
+            })?;
+        }
 
         self.module_names.insert(
             kernel_id.clone(),
@@ -274,10 +288,12 @@ impl CudaContext {
         Ok(())
     }
 
+    /// burn-lowp patch: takes the compiled kernel the caller looked up (one hash lookup per
+    /// launch instead of two).
     pub fn execute_task(
         &mut self,
         stream: &mut Stream,
-        kernel_id: KernelId,
+        kernel: &CompiledKernel,
         dispatch_count: (u32, u32, u32),
         tensor_maps: &[CUtensorMap],
         resources: &[GpuResource],
@@ -290,22 +306,12 @@ impl CudaContext {
         bindings.extend(resources.iter().map(|memory| memory.binding));
         bindings.extend(const_info);
 
-        let kernel = self.module_names.get(&kernel_id).unwrap();
         let cube_dim = kernel.cube_dim;
-        // SAFETY: `kernel.func` is a valid function handle from a loaded module.
-        // `stream.sys` is a valid CUDA stream. `bindings` contains valid device pointers
-        // for all kernel arguments. The dispatch and cube dimensions are validated by
-        // the caller.
+        // SAFETY: `kernel.func` is a valid function handle from a loaded module (its dynamic
+        // shared memory size was set when it was loaded). `stream.sys` is a valid CUDA stream.
+        // `bindings` contains valid device pointers for all kernel arguments. The dispatch and
+        // cube dimensions are validated by the caller.
         unsafe {
-            cudarc::driver::result::function::set_function_attribute(
-                kernel.func,
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                kernel.shared_mem_bytes as i32,
-            )
-            .map_err(|err| LaunchError::Unknown {
-                reason: format!("{err:?}"),
-                backtrace: BackTrace::capture(),
-            })?;
             cudarc::driver::result::launch_kernel(
                 kernel.func,
                 dispatch_count,
