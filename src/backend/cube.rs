@@ -398,12 +398,14 @@ impl HostRead {
             .then(|| (Arc::new(Mutex::new(None)), super::cuda_gemm::cuda_device::<R>(device)));
         #[cfg(not(feature = "cuda"))]
         let _ = marked;
-        #[cfg(feature = "cuda")]
-        use super::cublaslt::{stream_ordering, StreamOrdering};
         // Under `DeviceFlags` the mark is made in the read's task (it launches CubeCL kernels);
         // under `CubeclStream` by a task of CubeCL's server queued right behind it.
         #[cfg(feature = "cuda")]
-        let task_mark = mark.clone().filter(|_| stream_ordering() == StreamOrdering::DeviceFlags);
+        let ordering = super::cublaslt::stream_ordering();
+        #[cfg(feature = "cuda")]
+        let task_mark = mark
+            .clone()
+            .filter(|_| ordering == super::cublaslt::StreamOrdering::DeviceFlags);
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
@@ -415,7 +417,7 @@ impl HostRead {
         });
         #[cfg(feature = "cuda")]
         if let Some((mark, device)) = &mark {
-            if stream_ordering() == StreamOrdering::CubeclStream {
+            if ordering == super::cublaslt::StreamOrdering::CubeclStream {
                 super::cublaslt::queue_stream_mark(*device, mark.clone());
             }
         }

@@ -65,32 +65,44 @@ pub enum StreamOrdering {
     HostSync,
 }
 
-static ORDERING: AtomicU8 = AtomicU8::new(u8::MAX);
+/// The ordering in use, as its code (`StreamOrdering::code`); `UNRESOLVED` until the first call
+/// to `stream_ordering` or `set_stream_ordering`.
+static ORDERING: AtomicU8 = AtomicU8::new(UNRESOLVED);
+const UNRESOLVED: u8 = u8::MAX;
+
+impl StreamOrdering {
+    fn code(self) -> u8 {
+        match self {
+            StreamOrdering::DeviceFlags => 0,
+            StreamOrdering::HostSync => 1,
+            StreamOrdering::CubeclStream => 2,
+        }
+    }
+}
 
 /// The ordering in use: set by `set_stream_ordering`, else `LOWP_STREAM_ORDERING=host-sync` or
-/// `=device-flags`, else `CubeclStream`.
+/// `=device-flags`, else `CubeclStream`. The variable is read once per process (every GEMM call
+/// asks, and reading it takes the environment's lock and allocates).
 pub fn stream_ordering() -> StreamOrdering {
     match ORDERING.load(Ordering::Relaxed) {
         0 => StreamOrdering::DeviceFlags,
         1 => StreamOrdering::HostSync,
         2 => StreamOrdering::CubeclStream,
-        _ => match std::env::var("LOWP_STREAM_ORDERING").as_deref() {
-            Ok("host-sync") => StreamOrdering::HostSync,
-            Ok("device-flags") => StreamOrdering::DeviceFlags,
-            _ => StreamOrdering::CubeclStream,
-        },
+        _ => {
+            let ordering = match std::env::var("LOWP_STREAM_ORDERING").as_deref() {
+                Ok("host-sync") => StreamOrdering::HostSync,
+                Ok("device-flags") => StreamOrdering::DeviceFlags,
+                _ => StreamOrdering::CubeclStream,
+            };
+            // A `set_stream_ordering` made meanwhile wins.
+            let _ = ORDERING.compare_exchange(UNRESOLVED, ordering.code(), Ordering::Relaxed, Ordering::Relaxed);
+            stream_ordering()
+        }
     }
 }
 
 pub fn set_stream_ordering(ordering: StreamOrdering) {
-    ORDERING.store(
-        match ordering {
-            StreamOrdering::DeviceFlags => 0,
-            StreamOrdering::HostSync => 1,
-            StreamOrdering::CubeclStream => 2,
-        },
-        Ordering::Relaxed,
-    );
+    ORDERING.store(ordering.code(), Ordering::Relaxed);
 }
 
 /// How an operand's scale is applied (cuBLASLt `CUBLASLT_MATMUL_DESC_{A,B}_SCALE_MODE`).
