@@ -184,18 +184,30 @@ fn main() {
                     if !selected(&format!("{name} {encoder} {usage_name}")) {
                         continue;
                     }
-                    let seconds = time(&client, iterations, 1, || {
-                        let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
-                            .expect("quantize");
-                    });
-                    let directions = usage.rowwise as usize + usage.columnwise as usize;
-                    let bytes = input_bytes + directions * output_bytes(config, elements);
-                    let gbps = bytes as f64 / seconds / 1e9;
-                    println!(
-                        "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"encoder\":\"{encoder}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
-                        seconds * 1e6,
-                        gbps / copy_gbps
-                    );
+                    // MXFP8 and FP8 block columnwise cases run the launcher's kernel, then the
+                    // 4x8-unit tile kernel it replaced there ("kernel": "tile").
+                    let tile_too = !integer
+                        && usage.columnwise
+                        && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_));
+                    for kernel in ["launcher", "tile"] {
+                        if kernel == "tile" && !tile_too {
+                            continue;
+                        }
+                        burn_lowp_kernels::force_tile_quantize_kernels(kernel == "tile");
+                        let seconds = time(&client, iterations, 1, || {
+                            let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
+                                .expect("quantize");
+                        });
+                        let directions = usage.rowwise as usize + usage.columnwise as usize;
+                        let bytes = input_bytes + directions * output_bytes(config, elements);
+                        let gbps = bytes as f64 / seconds / 1e9;
+                        println!(
+                            "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"encoder\":\"{encoder}\",\"kernel\":\"{kernel}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
+                            seconds * 1e6,
+                            gbps / copy_gbps
+                        );
+                    }
+                    burn_lowp_kernels::force_tile_quantize_kernels(false);
                 }
             }
         }

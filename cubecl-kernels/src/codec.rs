@@ -128,6 +128,17 @@ pub fn chunk_element<N: Size>(
     }
 }
 
+/// The low (even, `high == false`) or high (odd) 16-bit element of an input word as f32, for
+/// kernels that keep their input as raw words (`kind` is F16 or BF16).
+#[cube]
+pub fn half_of_word(word: u32, high: bool, #[comptime] kind: ElemKind) -> f32 {
+    if comptime![kind == ElemKind::BF16] {
+        f32::reinterpret(select(high, word & 0xFFFF_0000u32, word << 16u32))
+    } else {
+        f16_bits_to_f32(select(high, word >> 16u32, word & 0xFFFFu32))
+    }
+}
+
 /// Reads the 8-element chunk starting at element `start` (a multiple of 8) into
 /// `out[offset..offset + 8]`. The input holds 4-word vectors.
 #[cube]

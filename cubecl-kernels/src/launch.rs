@@ -18,9 +18,13 @@ use crate::activation::ActivationParams;
 use crate::fp8::{
     fp8_cast_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS,
 };
-use crate::fp8_block::{fp8_block_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS};
+use crate::fp8_block::{
+    fp8_block_kernel, fp8_block_transposed_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS,
+    TRANSPOSED_UNITS,
+};
 use crate::mxfp8::{
-    mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
+    mxfp8_columnwise_kernel, mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config,
+    MX_COLUMNWISE_TILE_COLS, MX_COLUMNWISE_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
 };
 use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE, NV_UNITS};
 use crate::scale::ScaleRule;
@@ -31,6 +35,9 @@ const INPUT_VECTOR: usize = 4;
 
 /// Units per cube of the rowwise-only MXFP8 kernel (one unit per 32-element block).
 const MX_ROWWISE_UNITS: usize = 256;
+
+/// `mxfp8_columnwise_kernel` reads 2-word (8-byte) vectors: 4 columns of 16-bit values.
+const MX_COLUMNWISE_VECTOR: usize = 2;
 
 /// Whether to fully unroll the kernels' per-row loops: yes on CUDA (register arrays), no on wgpu,
 /// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
@@ -44,6 +51,23 @@ static INTEGER_FP8_ENCODER: std::sync::atomic::AtomicBool = std::sync::atomic::A
 /// runtime's own choice again). For benchmarks and tests comparing the two; both give the same codes.
 pub fn force_integer_fp8_encoder(force: bool) {
     INTEGER_FP8_ENCODER.store(force, std::sync::atomic::Ordering::Relaxed);
+}
+
+thread_local! {
+    static TILE_QUANTIZE_KERNELS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes MXFP8 and FP8 block quantization launched from this thread use their 4x8-unit tile
+/// kernels (`mxfp8_kernel`, `fp8_block_kernel`) for every case (`false`: the launcher's choice
+/// again, which takes `mxfp8_columnwise_kernel` / `fp8_block_transposed_kernel` for 16-bit
+/// columnwise cases). For benchmarks and tests comparing them; all give the same bytes. Per
+/// thread, so that a test forcing it does not change the kernels of tests running beside it.
+pub fn force_tile_quantize_kernels(force: bool) {
+    TILE_QUANTIZE_KERNELS.with(|f| f.set(force));
+}
+
+fn tile_kernels_forced() -> bool {
+    TILE_QUANTIZE_KERNELS.with(|f| f.get())
 }
 
 /// The FP8 encoder for a runtime: the conversion instruction on CUDA devices that have it (sm_89+;
@@ -703,27 +727,53 @@ pub fn quantize_fp8_block<R: Runtime>(
         grouped: groups.is_some(),
         encoder: fp8_encoder(client),
     };
-    let (group_start, group_rows, count) = group_args(client, groups);
-    unsafe {
-        fp8_block_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(kb as u32, mb as u32, 1),
-            CubeDim::new_1d(BLOCK_UNITS as u32),
-            INPUT_VECTOR,
-            x.arg(),
-            arg(&rowwise, n / 4),
-            arg(&rowwise_scales, row_scales),
-            arg(&columnwise, n / 4),
-            arg(&columnwise_scales, col_scales),
-            group_start,
-            group_rows,
-            x.rows,
-            x.cols,
-            count,
-            directions.flags(),
-            config,
-        )
-    };
+    if directions.columnwise
+        && !block_2d
+        && groups.is_none()
+        && x.kind != ElemKind::F32
+        && !tile_kernels_forced()
+    {
+        // 16-bit input, 1x128 blocks, transposed copy: units shaped for the transposed stores.
+        unsafe {
+            fp8_block_transposed_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(kb as u32, mb as u32, 1),
+                CubeDim::new_1d(TRANSPOSED_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_scales),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_scales),
+                x.rows,
+                x.cols,
+                directions.flags(),
+                config,
+            )
+        };
+    } else {
+        let (group_start, group_rows, count) = group_args(client, groups);
+        unsafe {
+            fp8_block_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(kb as u32, mb as u32, 1),
+                CubeDim::new_1d(BLOCK_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_scales),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_scales),
+                group_start,
+                group_rows,
+                x.rows,
+                x.cols,
+                count,
+                directions.flags(),
+                config,
+            )
+        };
+    }
     Ok(QuantizeOutput::kept(
         directions,
         DirectionOutput {
@@ -807,7 +857,31 @@ pub fn quantize_mxfp8<R: Runtime>(
         encoder: fp8_encoder(client),
     };
     let flags = directions.flags() | if swizzled { flags::SWIZZLED } else { 0 };
-    if directions.rowwise && !directions.columnwise && !block_2d {
+    if directions.columnwise && !block_2d && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+        // 16-bit input, 1D blocks, columnwise (and maybe rowwise): one unit per 32x4 strip.
+        unsafe {
+            mxfp8_columnwise_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, MX_COLUMNWISE_TILE_COLS) as u32,
+                    (x.rows / MX_TILE_ROWS) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(MX_COLUMNWISE_UNITS as u32),
+                MX_COLUMNWISE_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+                directions.rowwise,
+            )
+        };
+    } else if directions.rowwise && !directions.columnwise && !block_2d {
         // Rowwise only with 1D blocks: one unit per block, no shared memory.
         unsafe {
             mxfp8_rowwise_kernel::launch_unchecked::<R>(

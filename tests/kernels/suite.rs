@@ -172,9 +172,35 @@ fn assert_data_equal(a: &QuantizedData, b: &QuantizedData, context: &str) {
 }
 
 pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let cases = quantize_cases_match_reference::<B>(device, dtypes, |_| true);
+    println!("{cases} quantize cases bit-exact");
+}
+
+/// The launcher takes `mxfp8_columnwise_kernel` / `fp8_block_transposed_kernel` for columnwise
+/// 16-bit cases and keeps the 4x8-unit tile kernels for the rest; forced on this test's thread,
+/// the tile kernels must give the reference's bytes for every MXFP8 and FP8 block case too.
+pub fn check_tile_quantize_kernels_match_reference<B: LowpBackend>(
+    device: &B::Device,
+    dtypes: &[InputDtype],
+) {
+    burn_lowp_kernels::force_tile_quantize_kernels(true);
+    let cases = quantize_cases_match_reference::<B>(device, dtypes, |config| {
+        matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_))
+    });
+    burn_lowp_kernels::force_tile_quantize_kernels(false);
+    assert!(cases > 0);
+    println!("{cases} quantize cases bit-exact on the tile kernels");
+}
+
+/// Every config `keep` accepts, every shape and direction, bit-exact against the reference.
+fn quantize_cases_match_reference<B: LowpBackend>(
+    device: &B::Device,
+    dtypes: &[InputDtype],
+    keep: impl Fn(&FormatConfig) -> bool,
+) -> usize {
     let mut cases = 0;
     for &dtype in dtypes {
-        for (name, config) in configs() {
+        for (name, config) in configs().into_iter().filter(|(_, c)| keep(c)) {
             for (rows, cols) in shapes(&config) {
                 let x = input(
                     rows,
@@ -194,7 +220,7 @@ pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtyp
             }
         }
     }
-    println!("{cases} quantize cases bit-exact");
+    cases
 }
 
 pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
@@ -1066,6 +1092,10 @@ macro_rules! kernel_suite {
         #[test]
         fn quantize_matches_reference() {
             if let Some(d) = $device { crate::suite::check_quantize_matches_reference::<$backend>(&d, &dtypes()); }
+        }
+        #[test]
+        fn tile_quantize_kernels_match_reference() {
+            if let Some(d) = $device { crate::suite::check_tile_quantize_kernels_match_reference::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
