@@ -9,14 +9,15 @@
 //! with both encoders (`encoder`: CUDA's conversion instruction, then the integer encoder).
 //! `LOWP_BENCH_FILTER=text` keeps the cases whose `format encoder usage` contains `text`.
 //! Timing: wall clock around N back-to-back launches between two device synchronizations, which
-//! includes launch and output-allocation overhead.
+//! includes launch and output-allocation overhead; `host_us` is what the CPU spends per call
+//! enqueueing (timing::host_time), for the formats' cases.
 
 #[path = "common/cases.rs"]
 mod cases;
 #[path = "common/timing.rs"]
 mod timing;
 use cases::selected;
-use timing::time;
+use timing::{host_time, time};
 
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::LowpBackend;
@@ -194,16 +195,19 @@ fn main() {
                             continue;
                         }
                         burn_lowp_kernels::force_tile_quantize_kernels(kernel == "tile");
-                        let seconds = time(&client, iterations, 1, || {
+                        let mut call = || {
                             let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
                                 .expect("quantize");
-                        });
+                        };
+                        let seconds = time(&client, iterations, 1, &mut call);
+                        let host_seconds = host_time(&client, iterations, &mut call);
                         let directions = usage.rowwise as usize + usage.columnwise as usize;
                         let bytes = input_bytes + directions * output_bytes(config, elements);
                         let gbps = bytes as f64 / seconds / 1e9;
                         println!(
-                            "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"encoder\":\"{encoder}\",\"kernel\":\"{kernel}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
+                            "{{\"bench\":\"quantize\",\"format\":\"{name}\",\"encoder\":\"{encoder}\",\"kernel\":\"{kernel}\",\"usage\":\"{usage_name}\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"host_us\":{:.1},\"gbps\":{gbps:.1},\"copy_gbps\":{copy_gbps:.1},\"ratio_to_copy\":{:.3}}}",
                             seconds * 1e6,
+                            host_seconds * 1e6,
                             gbps / copy_gbps
                         );
                     }

@@ -2,8 +2,13 @@
 //! columnwise `[K, M]` (blocks along M) codes from one read. Host reference:
 //! `burn_lowp::format::fp8_block`.
 //!
-//! Tiling: a cube of 512 units covers one 128x128 tile; each unit owns 4 rows x 8 columns. Row and
-//! column block maxima are reduced through shared memory (partials, then one unit per row/column).
+//! Two kernels, one cube per 128x128 tile, block maxima reduced through shared memory (partials,
+//! then one unit per row/column):
+//! - `fp8_block_kernel` (every case; the launcher takes it for the rowwise copy alone, f32 inputs
+//!   and grouped rows): 512 units of 4 rows x 8 columns;
+//! - `fp8_block_transposed_kernel` (16-bit inputs with the transposed copy): 128 units of 16 rows x
+//!   8 columns, shaped for 16-byte transposed stores.
+//!
 //! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
 //! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
 
@@ -271,8 +276,8 @@ const TRANSPOSED_UNIT_ROWS: usize = 16;
 /// units of a warp (16 column units, two row units 16 rows apart) write 32 distinct banks.
 const ROW_PARTIAL_STRIDE: usize = BLOCK_TILE + 1;
 
-/// FP8 1x128 block scaling with the transposed columnwise copy (and the rowwise copy when asked),
-/// for 16-bit inputs. Same codes and scales as `fp8_block_kernel`, with a unit shape chosen for the
+/// FP8 block scaling (1x128 or 128x128) with the transposed columnwise copy (and the rowwise copy
+/// when asked), for 16-bit inputs. Same codes and scales as `fp8_block_kernel`, with a unit shape chosen for the
 /// transposed stores: a unit holds 16 rows x 8 columns, loaded as one 16-byte vector per row (16
 /// units of a warp read 256 contiguous bytes of a row), and stores each of its columns' 16 codes as
 /// one 16-byte vector, next to the 16 codes of the warp's other row unit (full 32-byte sectors).
@@ -315,8 +320,14 @@ pub fn fp8_block_transposed_kernel<N: Size>(
             words[r * 4 + w] = v[w];
         }
     }
-    let mut row_partial = SharedMemory::<u32>::new(TRANSPOSED_COL_UNITS * ROW_PARTIAL_STRIDE);
-    let mut col_partial = SharedMemory::<u32>::new(8 * BLOCK_TILE);
+    let block_2d = comptime![config.block_2d];
+    let mut row_partial = SharedMemory::<u32>::new(comptime![if config.block_2d {
+        1
+    } else {
+        TRANSPOSED_COL_UNITS * ROW_PARTIAL_STRIDE
+    }]);
+    let mut col_partial =
+        SharedMemory::<u32>::new(comptime![if config.block_2d { 1 } else { 8 * BLOCK_TILE }]);
     let mut col_max = Array::<u32>::new(8usize);
     #[unroll]
     for j in 0..8usize {
@@ -331,19 +342,56 @@ pub fn fp8_block_transposed_kernel<N: Size>(
             m = max(m, a);
             col_max[j] = max(col_max[j], a);
         }
-        row_partial[col_unit * ROW_PARTIAL_STRIDE + row_unit * TRANSPOSED_UNIT_ROWS + r] = m;
+        if comptime![!block_2d] {
+            row_partial[col_unit * ROW_PARTIAL_STRIDE + row_unit * TRANSPOSED_UNIT_ROWS + r] = m;
+        }
     }
-    #[unroll]
-    for j in 0..8usize {
-        col_partial[row_unit * BLOCK_TILE + col_unit * 8 + j] = col_max[j];
-    }
-    sync_cube();
 
-    // 2. Unit u reduces row u and column u of the tile, writes their scale_inv and shares the
-    //    scale the codes are multiplied by.
+    // 2. The scales the codes are multiplied by, shared per row and per column of the tile.
+    //    1D: unit u reduces row u and column u, writes their scale_inv. 2D: one amax for the
+    //    tile (unit maxima, 16 folds of 8, then every unit folds the 16); unit 0 writes it.
     let mut row_scale = SharedMemory::<f32>::new(BLOCK_TILE);
     let mut col_scale = SharedMemory::<f32>::new(BLOCK_TILE);
-    {
+    if comptime![block_2d] {
+        let mut unit_amax = SharedMemory::<u32>::new(TRANSPOSED_UNITS);
+        let mut fold = SharedMemory::<u32>::new(16usize);
+        let mut m = 0u32;
+        #[unroll]
+        for j in 0..8usize {
+            m = max(m, col_max[j]);
+        }
+        unit_amax[unit] = m;
+        sync_cube();
+        if unit < 16 {
+            let mut f = 0u32;
+            #[unroll]
+            for k in 0..8usize {
+                f = max(f, unit_amax[unit * 8 + k]);
+            }
+            fold[unit] = f;
+        }
+        sync_cube();
+        let mut t = 0u32;
+        #[unroll]
+        for k in 0..16usize {
+            t = max(t, fold[k]);
+        }
+        let scale = scale_from_amax(f32::reinterpret(t), config.rule);
+        row_scale[unit] = scale;
+        col_scale[unit] = scale;
+        if unit == 0 {
+            let scale_inv = u32::reinterpret(1.0f32 / scale);
+            if rowwise_on {
+                rowwise_scales[tile_row * (cols / BLOCK_TILE) + tile_col] = scale_inv;
+            }
+            columnwise_scales[tile_col * (rows / BLOCK_TILE) + tile_row] = scale_inv;
+        }
+    } else {
+        #[unroll]
+        for j in 0..8usize {
+            col_partial[row_unit * BLOCK_TILE + col_unit * 8 + j] = col_max[j];
+        }
+        sync_cube();
         let mut m = 0u32;
         #[unroll]
         for k in 0..16usize {

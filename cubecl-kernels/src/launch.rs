@@ -23,8 +23,8 @@ use crate::fp8_block::{
     TRANSPOSED_UNITS,
 };
 use crate::mxfp8::{
-    mxfp8_columnwise_kernel, mxfp8_kernel, mxfp8_rowwise_kernel, Mxfp8Config,
-    MX_COLUMNWISE_TILE_COLS, MX_COLUMNWISE_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
+    mxfp8_kernel, mxfp8_rowwise_kernel, mxfp8_strip_kernel, Mxfp8Config, MX_STRIP_TILE_COLS,
+    MX_STRIP_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
 };
 use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE, NV_UNITS};
 use crate::scale::ScaleRule;
@@ -36,8 +36,8 @@ const INPUT_VECTOR: usize = 4;
 /// Units per cube of the rowwise-only MXFP8 kernel (one unit per 32-element block).
 const MX_ROWWISE_UNITS: usize = 256;
 
-/// `mxfp8_columnwise_kernel` reads 2-word (8-byte) vectors: 4 columns of 16-bit values.
-const MX_COLUMNWISE_VECTOR: usize = 2;
+/// `mxfp8_strip_kernel` reads 2-word (8-byte) vectors: 4 columns of 16-bit values.
+const MX_STRIP_VECTOR: usize = 2;
 
 /// Whether to fully unroll the kernels' per-row loops: yes on CUDA (register arrays), no on wgpu,
 /// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
@@ -59,8 +59,8 @@ thread_local! {
 
 /// Makes MXFP8 and FP8 block quantization launched from this thread use their 4x8-unit tile
 /// kernels (`mxfp8_kernel`, `fp8_block_kernel`) for every case (`false`: the launcher's choice
-/// again, which takes `mxfp8_columnwise_kernel` / `fp8_block_transposed_kernel` for 16-bit
-/// columnwise cases). For benchmarks and tests comparing them; all give the same bytes. Per
+/// again, which takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel` for most 16-bit
+/// cases). For benchmarks and tests comparing them; all give the same bytes. Per
 /// thread, so that a test forcing it does not change the kernels of tests running beside it.
 pub fn force_tile_quantize_kernels(force: bool) {
     TILE_QUANTIZE_KERNELS.with(|f| f.set(force));
@@ -727,13 +727,8 @@ pub fn quantize_fp8_block<R: Runtime>(
         grouped: groups.is_some(),
         encoder: fp8_encoder(client),
     };
-    if directions.columnwise
-        && !block_2d
-        && groups.is_none()
-        && x.kind != ElemKind::F32
-        && !tile_kernels_forced()
-    {
-        // 16-bit input, 1x128 blocks, transposed copy: units shaped for the transposed stores.
+    if directions.columnwise && groups.is_none() && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+        // 16-bit input with the transposed copy: units shaped for the transposed stores.
         unsafe {
             fp8_block_transposed_kernel::launch_unchecked::<R>(
                 client,
@@ -857,18 +852,18 @@ pub fn quantize_mxfp8<R: Runtime>(
         encoder: fp8_encoder(client),
     };
     let flags = directions.flags() | if swizzled { flags::SWIZZLED } else { 0 };
-    if directions.columnwise && !block_2d && x.kind != ElemKind::F32 && !tile_kernels_forced() {
-        // 16-bit input, 1D blocks, columnwise (and maybe rowwise): one unit per 32x4 strip.
+    if (directions.columnwise || block_2d) && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+        // 16-bit input, columnwise or 2D blocks: one unit per 32x4 strip.
         unsafe {
-            mxfp8_columnwise_kernel::launch_unchecked::<R>(
+            mxfp8_strip_kernel::launch_unchecked::<R>(
                 client,
                 CubeCount::Static(
-                    ceil_div(x.cols, MX_COLUMNWISE_TILE_COLS) as u32,
+                    ceil_div(x.cols, MX_STRIP_TILE_COLS) as u32,
                     (x.rows / MX_TILE_ROWS) as u32,
                     1,
                 ),
-                CubeDim::new_1d(MX_COLUMNWISE_UNITS as u32),
-                MX_COLUMNWISE_VECTOR,
+                CubeDim::new_1d(MX_STRIP_UNITS as u32),
+                MX_STRIP_VECTOR,
                 x.arg(),
                 arg(&rowwise, n / 4),
                 arg(&rowwise_scales, row_shape[0] * row_shape[1]),
@@ -879,6 +874,7 @@ pub fn quantize_mxfp8<R: Runtime>(
                 flags,
                 config,
                 directions.rowwise,
+                directions.columnwise,
             )
         };
     } else if directions.rowwise && !directions.columnwise && !block_2d {
