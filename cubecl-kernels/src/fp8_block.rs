@@ -4,10 +4,10 @@
 //!
 //! Two kernels, one cube per 128x128 tile, block maxima reduced through shared memory (partials,
 //! then one unit per row/column):
-//! - `fp8_block_kernel` (every case; the launcher takes it for the rowwise copy alone, f32 inputs
-//!   and grouped rows): 512 units of 4 rows x 8 columns;
-//! - `fp8_block_transposed_kernel` (16-bit inputs with the transposed copy): 128 units of 16 rows x
-//!   8 columns, shaped for 16-byte transposed stores.
+//! - `fp8_block_kernel` (every case; the launcher takes it for the rowwise copy alone and for f32
+//!   inputs): 512 units of 4 rows x 8 columns;
+//! - `fp8_block_transposed_kernel` (16-bit inputs with the transposed copy, grouped rows too): 128
+//!   units of 16 rows x 8 columns, shaped for 16-byte transposed stores.
 //!
 //! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
 //! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
@@ -294,12 +294,35 @@ pub fn fp8_block_transposed_kernel<N: Size>(
     rowwise_scales: &mut Array<u32>,
     columnwise: &mut Array<Vector<u32, N>>,
     columnwise_scales: &mut Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
     rows: usize,
     cols: usize,
+    groups: usize,
     flags: u32,
     #[comptime] config: Fp8BlockKernelConfig,
 ) {
     let rowwise_on = (flags & ROWWISE) != 0u32;
+    // Grouped rows (see `Fp8BlockKernelConfig::grouped`): the tile's group, whose columnwise copy
+    // and scales are transposed on their own; ungrouped, the matrix is the one group.
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![config.grouped] {
+        let g = find_group(group_start, groups, CUBE_POS_Y as usize * BLOCK_TILE);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    // A tile past the last group (the zero tail) has no columnwise place.
+    let columnwise_on = CUBE_POS_Y as usize * BLOCK_TILE - g_start < g_rows;
+    // The group's first columnwise scale, its row blocks, and the tile's row block within it.
+    let m_blocks = g_rows / BLOCK_TILE;
+    let group_tile_row = CUBE_POS_Y as usize - g_start / BLOCK_TILE;
+    let group_scale_base = (g_start / BLOCK_TILE)
+        * if comptime![config.block_2d] {
+            cols / BLOCK_TILE
+        } else {
+            cols
+        };
     let unit = UNIT_POS as usize;
     let col_unit = unit % TRANSPOSED_COL_UNITS;
     let row_unit = unit / TRANSPOSED_COL_UNITS;
@@ -384,7 +407,10 @@ pub fn fp8_block_transposed_kernel<N: Size>(
             if rowwise_on {
                 rowwise_scales[tile_row * (cols / BLOCK_TILE) + tile_col] = scale_inv;
             }
-            columnwise_scales[tile_col * (rows / BLOCK_TILE) + tile_row] = scale_inv;
+            if columnwise_on {
+                columnwise_scales[group_scale_base + tile_col * m_blocks + group_tile_row] =
+                    scale_inv;
+            }
         }
     } else {
         #[unroll]
@@ -410,8 +436,11 @@ pub fn fp8_block_transposed_kernel<N: Size>(
         }
         let scale = scale_from_amax(f32::reinterpret(c), config.rule);
         col_scale[unit] = scale;
-        columnwise_scales[(tile_col * BLOCK_TILE + unit) * (rows / BLOCK_TILE) + tile_row] =
-            u32::reinterpret(1.0f32 / scale);
+        if columnwise_on {
+            columnwise_scales
+                [group_scale_base + (tile_col * BLOCK_TILE + unit) * m_blocks + group_tile_row] =
+                u32::reinterpret(1.0f32 / scale);
+        }
     }
     sync_cube();
 
@@ -433,21 +462,23 @@ pub fn fp8_block_transposed_kernel<N: Size>(
             }
         }
     }
-    #[unroll(config.unroll)]
-    for j in 0..8usize {
-        let scale = col_scale[col_unit * 8 + j];
-        let mut packed = Vector::<u32, N>::empty();
-        #[unroll]
-        for w in 0..4usize {
-            let mut word = 0u32;
+    if columnwise_on {
+        #[unroll(config.unroll)]
+        for j in 0..8usize {
+            let scale = col_scale[col_unit * 8 + j];
+            let mut packed = Vector::<u32, N>::empty();
             #[unroll]
-            for b in 0..4usize {
-                let r = w * 4 + b;
-                let x = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
-                word = word | (encode_fp8_by(x * scale, fp8, config.encoder) << comptime![8 * b as u32]);
+            for w in 0..4usize {
+                let mut word = 0u32;
+                #[unroll]
+                for b in 0..4usize {
+                    let r = w * 4 + b;
+                    let x = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
+                    word = word | (encode_fp8_by(x * scale, fp8, config.encoder) << comptime![8 * b as u32]);
+                }
+                packed[w] = word;
             }
-            packed[w] = word;
+            columnwise[(g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 16] = packed;
         }
-        columnwise[((col0 + j) * rows + row0) / 16] = packed;
     }
 }

@@ -727,7 +727,8 @@ pub fn quantize_fp8_block<R: Runtime>(
         grouped: groups.is_some(),
         encoder: fp8_encoder(client),
     };
-    if directions.columnwise && groups.is_none() && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+    let (group_start, group_rows, count) = group_args(client, groups);
+    if directions.columnwise && x.kind != ElemKind::F32 && !tile_kernels_forced() {
         // 16-bit input with the transposed copy: units shaped for the transposed stores.
         unsafe {
             fp8_block_transposed_kernel::launch_unchecked::<R>(
@@ -740,14 +741,16 @@ pub fn quantize_fp8_block<R: Runtime>(
                 arg(&rowwise_scales, row_scales),
                 arg(&columnwise, n / 4),
                 arg(&columnwise_scales, col_scales),
+                group_start,
+                group_rows,
                 x.rows,
                 x.cols,
+                count,
                 directions.flags(),
                 config,
             )
         };
     } else {
-        let (group_start, group_rows, count) = group_args(client, groups);
         unsafe {
             fp8_block_kernel::launch_unchecked::<R>(
                 client,
