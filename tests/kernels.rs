@@ -27,6 +27,10 @@ mod routing;
 #[path = "kernels/zeroed.rs"]
 mod zeroed;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[path = "kernels/gemm_block_scales.rs"]
+mod gemm_block_scales;
+
 #[cfg(feature = "cuda")]
 #[path = "kernels/stats_trees.rs"]
 mod stats_trees;
@@ -86,6 +90,7 @@ mod wgpu {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
     crate::zeroed::zeroed_suite!(WgpuRuntime, device());
+    crate::gemm_block_scales::gemm_block_scales_suite!(WgpuRuntime, device());
 }
 
 #[cfg(feature = "cuda")]
@@ -129,5 +134,6 @@ mod cuda {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
     crate::zeroed::zeroed_suite!(CudaRuntime, device());
+    crate::gemm_block_scales::gemm_block_scales_suite!(CudaRuntime, device());
     crate::stats_trees::stats_trees_suite!(CudaRuntime, device());
 }

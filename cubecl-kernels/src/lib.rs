@@ -28,6 +28,7 @@ pub mod dequantize;
 pub mod flags;
 pub mod fp8;
 pub mod fp8_block;
+pub mod gemm_block_scales;
 pub mod group_dbias_amax;
 pub mod group_epilogue;
 pub mod group_layout;

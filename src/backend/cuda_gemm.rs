@@ -13,7 +13,8 @@
 //!   fast accumulation for fprop only (TE's split accumulator for dgrad/wgrad);
 //! * both FP8 block (not both 128x128, not both E5M2) on Hopper: cuBLASLt `VEC128_32F` /
 //!   `BLK128x128_32F`, split accumulator. Our compact block scales are rewritten into cuBLAS's
-//!   layouts per call (1x128: transposed to `[K/128][outer]`; 128x128: rows padded to 4);
+//!   layouts per call, one launch per operand (1x128: transposed to `[K/128][outer]`; 128x128:
+//!   rows padded to 4);
 //! * both high precision of one dtype (F32, F16, BF16): cuBLASLt in that dtype;
 //! * everything else (MXFP8, NVFP4, hybrids of different kinds, mixed precision): dequantize each
 //!   operand, round to BF16, BF16 cuBLASLt GEMM. Blackwell's block-scaled MXFP8/NVFP4 GEMMs are not
@@ -29,6 +30,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
+use burn_lowp_kernels::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
@@ -211,7 +213,8 @@ fn f32_view<R: CubeRuntime>(bytes: &super::cube::CubeBytes<R>, shape: [usize; 2]
     )
 }
 
-/// FP8 block scales in the layout cuBLASLt reads (see the module docs).
+/// FP8 block scales in the layout cuBLASLt reads (see the module docs): one launch per operand
+/// (`gemm_block_scales`), none for 128x128 scales whose rows are already a multiple of 4.
 fn block_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     storage: &QuantizedStorage<Cube<R, F, I, BT>>,
     block: BlockShape,
@@ -223,26 +226,29 @@ fn block_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>
             "an FP8 block storage carries f32 scales",
         ));
     };
-    let scales = f32_view(bytes, *shape);
+    let [rows, cols] = *shape;
+    let rewritten = |layout, shape: [usize; 2]| {
+        let handle = gemm_block_scales(&bytes.client, &bytes.handle, rows, cols, layout);
+        CubeTensor::new_contiguous(
+            bytes.client.clone(),
+            bytes.device.clone(),
+            Shape::new(shape),
+            handle,
+            DType::F32,
+        )
+    };
     Ok(match block {
         BlockShape::OneByOneTwentyEight => (
-            into_contiguous(Cube::<R, F, I, BT>::float_transpose(scales)),
+            rewritten(GemmBlockScales::Transposed, [cols, rows]),
             ScaleMode::Vec128,
         ),
-        BlockShape::OneTwentyEightSquare => {
-            let padded = shape[1].div_ceil(4) * 4;
-            let scales = if padded == shape[1] {
-                scales
-            } else {
-                let ones = Cube::<R, F, I, BT>::float_ones(
-                    Shape::new([shape[0], padded - shape[1]]),
-                    &bytes.device,
-                    FloatDType::F32,
-                );
-                Cube::<R, F, I, BT>::float_cat(vec![scales, ones], 1)
-            };
-            (into_contiguous(scales), ScaleMode::Block128x128)
+        BlockShape::OneTwentyEightSquare if cols % 4 == 0 => {
+            (f32_view(bytes, *shape), ScaleMode::Block128x128)
         }
+        BlockShape::OneTwentyEightSquare => (
+            rewritten(GemmBlockScales::PaddedRows, [rows, cols.div_ceil(4) * 4]),
+            ScaleMode::Block128x128,
+        ),
     })
 }
 
