@@ -188,3 +188,16 @@ pub fn cuda_device() -> Option<burn_lowp_kernels::cubecl::cuda::CudaDevice> {
     )
     .then(|| burn_lowp_kernels::cubecl::cuda::CudaDevice::new(0))
 }
+
+/// The first `n` little-endian u32 words of a device buffer (runtime-level kernel tests).
+pub fn read_words<R: burn_lowp_kernels::cubecl::prelude::Runtime>(
+    client: &burn_lowp_kernels::cubecl::prelude::ComputeClient<R>,
+    handle: &burn_lowp_kernels::cubecl::server::Handle,
+    n: usize,
+) -> Vec<u32> {
+    let bytes = client.read_one(handle.clone()).expect("device read");
+    bytes[..4 * n]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}

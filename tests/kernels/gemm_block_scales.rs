@@ -5,13 +5,7 @@
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
 
-fn read_words(client: &ComputeClient<impl Runtime>, handle: &burn_lowp_kernels::cubecl::server::Handle, n: usize) -> Vec<u32> {
-    let bytes = client.read_one(handle.clone()).expect("device read");
-    bytes[..4 * n]
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
+use crate::common::read_words;
 
 pub fn check_gemm_block_scales<R: Runtime>(device: &R::Device) {
     let client = R::client(device);

@@ -5,13 +5,7 @@
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::zeroed::zeroed_words;
 
-fn words(client: &ComputeClient<impl Runtime>, handle: &burn_lowp_kernels::cubecl::server::Handle, n: usize) -> Vec<u32> {
-    let bytes = client.read_one(handle.clone()).expect("device read");
-    bytes[..4 * n]
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
+use crate::common::read_words;
 
 pub fn check_zeroed_words<R: Runtime>(device: &R::Device) {
     let client = R::client(device);
@@ -20,12 +14,12 @@ pub fn check_zeroed_words<R: Runtime>(device: &R::Device) {
     for i in 0..600usize {
         let n = 1 + i % 70;
         let slot = zeroed_words(&client, n);
-        assert!(words(&client, &slot, n).iter().all(|&w| w == 0), "slot {i} ({n} words) not zero");
+        assert!(read_words(&client, &slot, n).iter().all(|&w| w == 0), "slot {i} ({n} words) not zero");
         burn_lowp_kernels::fill(&client, &slot, n, i as u32 + 1);
         slots.push((slot, n));
     }
     for (i, (slot, n)) in slots.iter().enumerate() {
-        let got = words(&client, slot, *n);
+        let got = read_words(&client, slot, *n);
         assert!(got.iter().all(|&w| w == i as u32 + 1), "slot {i} was overwritten: {:?}", &got[..got.len().min(4)]);
     }
 }
