@@ -243,9 +243,11 @@ mod wall {
             .flatten()
             .filter_map(|task| {
                 let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+                if !name.starts_with("DS") {
+                    return None;
+                }
                 let tid = task.file_name().to_str()?.parse().ok()?;
-                let busy = cpu_ticks(&task.path())? >= min_ticks;
-                (name.starts_with("DS") && busy).then_some(tid)
+                (cpu_ticks(&task.path())? >= min_ticks).then_some(tid)
             })
             .collect()
     }
