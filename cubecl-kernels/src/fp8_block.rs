@@ -39,6 +39,47 @@ pub struct Fp8BlockKernelConfig {
     pub encoder: Fp8Encoder,
 }
 
+/// The group of rows a 128-row tile lies in, as `(first row, rows)` (see
+/// `Fp8BlockKernelConfig::grouped`); ungrouped, the matrix is the one group.
+#[cube]
+fn tile_group(
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    groups: usize,
+    rows: usize,
+    tile_row: usize,
+    #[comptime] grouped: bool,
+) -> (usize, usize) {
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![grouped] {
+        let g = find_group(group_start, groups, tile_row * BLOCK_TILE);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    (g_start, g_rows)
+}
+
+/// Where the columnwise `scale_inv` of column block `c` (1x128: a column; 128x128: a tile
+/// column) of tile row `tile_row` goes: its group's scales follow the earlier groups', each
+/// group transposed on its own (`[cols, rows_g / 128]` or `[cols / 128, rows_g / 128]`).
+#[cube]
+fn columnwise_scale_index(
+    c: usize,
+    tile_row: usize,
+    g_start: usize,
+    g_rows: usize,
+    cols: usize,
+    #[comptime] block_2d: bool,
+) -> usize {
+    let row_len = if comptime![block_2d] {
+        cols / BLOCK_TILE
+    } else {
+        cols
+    };
+    (g_start / BLOCK_TILE) * row_len + c * (g_rows / BLOCK_TILE) + tile_row - g_start / BLOCK_TILE
+}
+
 #[cube(launch_unchecked)]
 pub fn fp8_block_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
@@ -55,13 +96,8 @@ pub fn fp8_block_kernel<N: Size>(
     #[comptime] config: Fp8BlockKernelConfig,
 ) {
     let rowwise_on = (flags & ROWWISE) != 0u32;
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![config.grouped] {
-        let g = find_group(group_start, groups, CUBE_POS_Y as usize * BLOCK_TILE);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    let (g_start, g_rows) =
+        tile_group(group_start, group_rows, groups, rows, CUBE_POS_Y as usize, config.grouped);
     // A tile past the last group (the zero tail) has no columnwise place.
     let columnwise_on = (flags & COLUMNWISE) != 0u32
         && CUBE_POS_Y as usize * BLOCK_TILE - g_start < g_rows;
@@ -162,15 +198,6 @@ pub fn fp8_block_kernel<N: Size>(
 
     // Scales (scale_inv), written by the unit that owns each block.
     let k_blocks = cols / BLOCK_TILE;
-    let m_blocks = g_rows / BLOCK_TILE;
-    // The tile's row block within its group, and the group's first columnwise scale.
-    let group_tile_row = tile_row - g_start / BLOCK_TILE;
-    let scale_row_len = if comptime![config.block_2d] {
-        k_blocks
-    } else {
-        cols
-    };
-    let group_scale_base = (g_start / BLOCK_TILE) * scale_row_len;
     if comptime![config.block_2d] {
         if unit == 0 {
             let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(tile_amax[0]), config.rule);
@@ -178,8 +205,14 @@ pub fn fp8_block_kernel<N: Size>(
                 rowwise_scales[tile_row * k_blocks + tile_col] = u32::reinterpret(scale_inv);
             }
             if columnwise_on {
-                columnwise_scales[group_scale_base + tile_col * m_blocks + group_tile_row] =
-                    u32::reinterpret(scale_inv);
+                columnwise_scales[columnwise_scale_index(
+                    tile_col,
+                    tile_row,
+                    g_start,
+                    g_rows,
+                    cols,
+                    true,
+                )] = u32::reinterpret(scale_inv);
             }
         }
     } else if unit < BLOCK_TILE {
@@ -192,9 +225,14 @@ pub fn fp8_block_kernel<N: Size>(
         if columnwise_on {
             let c = unit - BLOCK_TILE;
             let scale_inv = 1.0f32 / scale_from_amax(f32::reinterpret(col_amax[c]), config.rule);
-            columnwise_scales
-                [group_scale_base + (tile_col * BLOCK_TILE + c) * m_blocks + group_tile_row] =
-                u32::reinterpret(scale_inv);
+            columnwise_scales[columnwise_scale_index(
+                tile_col * BLOCK_TILE + c,
+                tile_row,
+                g_start,
+                g_rows,
+                cols,
+                false,
+            )] = u32::reinterpret(scale_inv);
         }
     }
 
@@ -303,31 +341,15 @@ pub fn fp8_block_transposed_kernel<N: Size>(
     #[comptime] config: Fp8BlockKernelConfig,
 ) {
     let rowwise_on = (flags & ROWWISE) != 0u32;
-    // Grouped rows (see `Fp8BlockKernelConfig::grouped`): the tile's group, whose columnwise copy
-    // and scales are transposed on their own; ungrouped, the matrix is the one group.
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![config.grouped] {
-        let g = find_group(group_start, groups, CUBE_POS_Y as usize * BLOCK_TILE);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    let tile_row = CUBE_POS_Y as usize;
+    let tile_col = CUBE_POS_X as usize;
+    let (g_start, g_rows) =
+        tile_group(group_start, group_rows, groups, rows, tile_row, config.grouped);
     // A tile past the last group (the zero tail) has no columnwise place.
-    let columnwise_on = CUBE_POS_Y as usize * BLOCK_TILE - g_start < g_rows;
-    // The group's first columnwise scale, its row blocks, and the tile's row block within it.
-    let m_blocks = g_rows / BLOCK_TILE;
-    let group_tile_row = CUBE_POS_Y as usize - g_start / BLOCK_TILE;
-    let group_scale_base = (g_start / BLOCK_TILE)
-        * if comptime![config.block_2d] {
-            cols / BLOCK_TILE
-        } else {
-            cols
-        };
+    let columnwise_on = tile_row * BLOCK_TILE - g_start < g_rows;
     let unit = UNIT_POS as usize;
     let col_unit = unit % TRANSPOSED_COL_UNITS;
     let row_unit = unit / TRANSPOSED_COL_UNITS;
-    let tile_row = CUBE_POS_Y as usize;
-    let tile_col = CUBE_POS_X as usize;
     let row0 = tile_row * BLOCK_TILE + row_unit * TRANSPOSED_UNIT_ROWS;
     let col0 = tile_col * BLOCK_TILE + col_unit * 8;
     let fp8 = comptime![config.rule.fp8];
@@ -408,8 +430,14 @@ pub fn fp8_block_transposed_kernel<N: Size>(
                 rowwise_scales[tile_row * (cols / BLOCK_TILE) + tile_col] = scale_inv;
             }
             if columnwise_on {
-                columnwise_scales[group_scale_base + tile_col * m_blocks + group_tile_row] =
-                    scale_inv;
+                columnwise_scales[columnwise_scale_index(
+                    tile_col,
+                    tile_row,
+                    g_start,
+                    g_rows,
+                    cols,
+                    true,
+                )] = scale_inv;
             }
         }
     } else {
@@ -437,9 +465,14 @@ pub fn fp8_block_transposed_kernel<N: Size>(
         let scale = scale_from_amax(f32::reinterpret(c), config.rule);
         col_scale[unit] = scale;
         if columnwise_on {
-            columnwise_scales
-                [group_scale_base + (tile_col * BLOCK_TILE + unit) * m_blocks + group_tile_row] =
-                u32::reinterpret(1.0f32 / scale);
+            columnwise_scales[columnwise_scale_index(
+                tile_col * BLOCK_TILE + unit,
+                tile_row,
+                g_start,
+                g_rows,
+                cols,
+                false,
+            )] = u32::reinterpret(1.0f32 / scale);
         }
     }
     sync_cube();
