@@ -185,11 +185,16 @@ fn main() {
                     if !selected(&format!("{name} {encoder} {usage_name}")) {
                         continue;
                     }
-                    // MXFP8 and FP8 block columnwise cases run the launcher's kernel, then the
-                    // 4x8-unit tile kernel it replaced there ("kernel": "tile").
+                    // MXFP8 and FP8 block columnwise cases and every NVFP4 case run the
+                    // launcher's kernel, then the tile kernel it replaced there
+                    // ("kernel": "tile").
                     let tile_too = !integer
-                        && usage.columnwise
-                        && matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_));
+                        && ((usage.columnwise
+                            && matches!(
+                                config,
+                                FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_)
+                            ))
+                            || matches!(config, FormatConfig::Nvfp4(_)));
                     for kernel in ["launcher", "tile"] {
                         if kernel == "tile" && !tile_too {
                             continue;

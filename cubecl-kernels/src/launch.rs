@@ -26,7 +26,10 @@ use crate::mxfp8::{
     mxfp8_kernel, mxfp8_rowwise_kernel, mxfp8_strip_kernel, Mxfp8Config, MX_STRIP_TILE_COLS,
     MX_STRIP_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
 };
-use crate::nvfp4::{nvfp4_kernel, Nvfp4KernelConfig, NV_TILE, NV_UNITS};
+use crate::nvfp4::{
+    nvfp4_kernel, nvfp4_rowwise_kernel, nvfp4_strip_kernel, Nvfp4KernelConfig,
+    NV_ROWWISE_ELEMENTS, NV_STRIP_TILE_COLS, NV_STRIP_TILE_ROWS, NV_STRIP_UNITS, NV_TILE, NV_UNITS,
+};
 use crate::scale::ScaleRule;
 use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
 
@@ -35,6 +38,7 @@ const INPUT_VECTOR: usize = 4;
 
 /// Units per cube of the rowwise-only MXFP8 kernel (one unit per 32-element block).
 const MX_ROWWISE_UNITS: usize = 256;
+const NV_ROWWISE_UNITS: usize = 256;
 
 /// `mxfp8_strip_kernel` reads 2-word (8-byte) vectors: 4 columns of 16-bit values.
 const MX_STRIP_VECTOR: usize = 2;
@@ -57,10 +61,11 @@ thread_local! {
     static TILE_QUANTIZE_KERNELS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Makes MXFP8 and FP8 block quantization launched from this thread use their 4x8-unit tile
-/// kernels (`mxfp8_kernel`, `fp8_block_kernel`) for every case (`false`: the launcher's choice
-/// again, which takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel` for most 16-bit
-/// cases). For benchmarks and tests comparing them; all give the same bytes. Per
+/// Makes MXFP8, FP8 block and NVFP4 quantization launched from this thread use their tile
+/// kernels (`mxfp8_kernel`, `fp8_block_kernel`, `nvfp4_kernel`) for every case they take (`false`:
+/// the launcher's choice again, which takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel`
+/// / `nvfp4_strip_kernel` for most 16-bit cases, and `nvfp4_rowwise_kernel` for NVFP4's 1D
+/// rowwise-only casts). For benchmarks and tests comparing them; all give the same bytes. Per
 /// thread, so that a test forcing it does not change the kernels of tests running beside it.
 pub fn force_tile_quantize_kernels(force: bool) {
     TILE_QUANTIZE_KERNELS.with(|f| f.set(force));
@@ -948,6 +953,10 @@ pub struct Nvfp4Options {
 /// NVFP4: amax pass (with the post-RHT amax when `rht`), then one quantize launch. Needs
 /// `M % 16 == 0` and `K % 16 == 0`; 2D blocks and RHT cannot be combined. With `groups`, each
 /// group gets its own global amaxes and random streams (no swizzled scales).
+///
+/// Kernels: `nvfp4_rowwise_kernel` for 1D rowwise-only casts (`K % 32 == 0`, not grouped),
+/// `nvfp4_strip_kernel` for every other 16-bit case, `nvfp4_kernel` (64x64 tiles staged in
+/// shared memory) for the rest of the f32 cases; all give the same bytes.
 pub fn quantize_nvfp4<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
@@ -1021,41 +1030,100 @@ pub fn quantize_nvfp4<R: Runtime>(
         block_2d: options.block_2d,
         rht: options.rht,
         grouped: groups.is_some(),
+        unroll: unroll(client),
     };
+    let flags = directions.flags()
+        | if swizzled { flags::SWIZZLED } else { 0 }
+        | if options.stochastic_keys.is_some() {
+            flags::STOCHASTIC
+        } else {
+            0
+        };
     let (group_start, group_rows, count) = group_args(client, groups);
-    unsafe {
-        nvfp4_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(
-                ceil_div(x.cols, NV_TILE) as u32,
-                ceil_div(x.rows, NV_TILE) as u32,
-                1,
-            ),
-            CubeDim::new_1d(NV_UNITS as u32),
-            INPUT_VECTOR,
-            x.arg(),
-            arg(&rowwise_amax, count),
-            arg(&columnwise_amax, count),
-            arg(&keys, 2 * count),
-            group_start,
-            group_rows,
-            arg(&rowwise, n / 8),
-            arg(&rowwise_scales, row_shape[0] * row_shape[1]),
-            arg(&columnwise, n / 8),
-            arg(&columnwise_scales, col_shape[0] * col_shape[1]),
-            x.rows,
-            x.cols,
-            count,
-            directions.flags()
-                | if swizzled { flags::SWIZZLED } else { 0 }
-                | if options.stochastic_keys.is_some() {
-                    flags::STOCHASTIC
-                } else {
-                    0
-                },
-            config,
-        )
-    };
+    let rowwise_only_1d = directions.rowwise
+        && !directions.columnwise
+        && !options.block_2d
+        && groups.is_none()
+        && x.cols % NV_ROWWISE_ELEMENTS == 0;
+    if tile_kernels_forced() || (x.kind == ElemKind::F32 && !rowwise_only_1d) {
+        unsafe {
+            nvfp4_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, NV_TILE) as u32,
+                    ceil_div(x.rows, NV_TILE) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(NV_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise_amax, count),
+                arg(&columnwise_amax, count),
+                arg(&keys, 2 * count),
+                group_start,
+                group_rows,
+                arg(&rowwise, n / 8),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 8),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                count,
+                flags,
+                config,
+            )
+        };
+    } else if rowwise_only_1d {
+        // The forward activation's cast: one unit per two 1x16 blocks, no shared memory.
+        unsafe {
+            nvfp4_rowwise_kernel::launch_unchecked::<R>(
+                client,
+                linear_cubes(client, (n / NV_ROWWISE_ELEMENTS).div_ceil(NV_ROWWISE_UNITS)),
+                CubeDim::new_1d(NV_ROWWISE_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise_amax, 1),
+                arg(&keys, 2),
+                arg(&rowwise, n / 8),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                x.kind,
+            )
+        };
+    } else {
+        // 16-bit input with the columnwise copy, 2D blocks or row groups: one unit per 16x8 strip.
+        unsafe {
+            nvfp4_strip_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, NV_STRIP_TILE_COLS) as u32,
+                    ceil_div(x.rows, NV_STRIP_TILE_ROWS) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(NV_STRIP_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise_amax, count),
+                arg(&columnwise_amax, count),
+                arg(&keys, 2 * count),
+                group_start,
+                group_rows,
+                arg(&rowwise, n / 8),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 8),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                count,
+                flags,
+                config,
+                directions.rowwise,
+                directions.columnwise,
+            )
+        };
+    }
     Ok(QuantizeOutput::kept(
         directions,
         DirectionOutput {

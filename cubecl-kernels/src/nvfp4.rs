@@ -7,11 +7,11 @@
 //! one rowwise block (16 columns of a row) and one columnwise block (16 rows of a column, where
 //! the RHT runs), each from 16 registers.
 
-use crate::codec::{abs_bits_for_amax, encode_e2m1, load_chunk, ElemKind};
+use crate::codec::{abs_bits_for_amax, encode_e2m1, half_of_word, load_chunk, ElemKind};
 use crate::flags::{COLUMNWISE, ROWWISE, STOCHASTIC, SWIZZLED};
 use crate::group_layout::find_group;
 use crate::hadamard::rht16;
-use crate::random::random_byte;
+use crate::random::random_word;
 use crate::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_scale};
 use crate::swizzle::scale_index;
 use cubecl::prelude::*;
@@ -34,6 +34,9 @@ pub struct Nvfp4KernelConfig {
     /// byte `start_g * cols / 2`, scales `[roundup(cols, 128), rows_g / 16]` at
     /// `start_g / 16` scale columns' worth; stochastic rounding counts elements within the group.
     pub grouped: bool,
+    /// Fully unroll `nvfp4_strip_kernel`'s per-row and per-column loops (fast code; slow to
+    /// compile on lavapipe). `nvfp4_kernel` ignores it.
+    pub unroll: bool,
 }
 
 /// The E2M1 code of `v`, rounded to nearest even or stochastically with 8 random bits.
@@ -63,8 +66,39 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u32 {
     code
 }
 
-/// Encodes 16 values `v[0..16]` with multiplier `enc` into two words of packed E2M1 codes;
-/// element `i`'s random bits come from `key` and index `first_index + i`.
+/// Encodes the 8 values `v[offset..offset + 8]` with multiplier `enc` into one word of packed
+/// E2M1 codes (element i in bits 4i..4i+4). Element `i`'s random bits are byte `i % 4` of draw
+/// `first_index / 4 + i / 4` (`random_byte(key, first_index + i)`), so `first_index` must be a
+/// multiple of 4 (every caller's is a multiple of 8): each draw is computed once for its four
+/// elements instead of once per element.
+#[cube]
+fn encode_word8(
+    v: &Array<f32>,
+    offset: usize,
+    enc: f32,
+    stochastic: bool,
+    key: u32,
+    first_index: u32,
+) -> u32 {
+    let mut word = 0u32;
+    #[unroll]
+    for quad in 0..2usize {
+        let mut draw = 0u32;
+        if stochastic {
+            draw = random_word(key, first_index / 4u32 + comptime![quad as u32]);
+        }
+        #[unroll]
+        for b in 0..4usize {
+            let i = comptime![quad * 4 + b];
+            let random = (draw >> comptime![8 * b as u32]) & 0xFFu32;
+            let code = round_e2m1(v[offset + i] * enc, random, stochastic);
+            word |= code << comptime![4 * i as u32];
+        }
+    }
+    word
+}
+
+/// Encodes 16 values `v[0..16]` into two words (see `encode_word8`).
 #[cube]
 fn encode_block16(
     v: &Array<f32>,
@@ -73,22 +107,10 @@ fn encode_block16(
     key: u32,
     first_index: u32,
 ) -> (u32, u32) {
-    let mut low = 0u32;
-    let mut high = 0u32;
-    #[unroll]
-    for i in 0..16usize {
-        let mut random = 0u32;
-        if stochastic {
-            random = random_byte(key, first_index + comptime![i as u32]);
-        }
-        let code = round_e2m1(v[i] * enc, random, stochastic);
-        if comptime![i < 8] {
-            low |= code << comptime![4 * i as u32];
-        } else {
-            high |= code << comptime![4 * (i - 8) as u32];
-        }
-    }
-    (low, high)
+    (
+        encode_word8(v, 0usize, enc, stochastic, key, first_index),
+        encode_word8(v, 8usize, enc, stochastic, key, first_index + 8u32),
+    )
 }
 
 #[cube]
@@ -260,6 +282,272 @@ pub fn nvfp4_kernel<N: Size>(
             let word = (g_start * cols + col * g_rows + local_row0) / 8;
             columnwise[word] = low;
             columnwise[word + 1] = high;
+        }
+    }
+}
+
+/// Elements per unit of `nvfp4_rowwise_kernel`: two 1x16 blocks, whose 32 codes are one 16-byte
+/// store.
+pub const NV_ROWWISE_ELEMENTS: usize = 32;
+
+/// Rowwise-only NVFP4 with 1x16 blocks (not grouped; `cols % 32 == 0`): one unit per two blocks
+/// of a row, amaxes in registers, no shared memory and no cube barrier. A warp reads 32
+/// consecutive 64-byte pieces of a row (2 KiB of bf16) and writes 512 contiguous code bytes as
+/// 16-byte vectors. Same codes and scales as `nvfp4_kernel`, which stages a 64x64 tile in shared
+/// memory for every case (Nsight Compute, stop 20: 88 % of the SM's issue slots, 35 % of DRAM
+/// bandwidth rowwise); the launcher picks this kernel for the forward activation's cast.
+#[cube(launch_unchecked)]
+pub fn nvfp4_rowwise_kernel<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    amax: &Array<u32>,
+    keys: &Array<u32>,
+    codes: &mut Array<Vector<u32, N>>,
+    scales: &mut Array<u8>,
+    rows: usize,
+    cols: usize,
+    flags: u32,
+    #[comptime] kind: ElemKind,
+) {
+    let pieces_per_row = cols / NV_ROWWISE_ELEMENTS;
+    let piece = ABSOLUTE_POS;
+    if piece < rows * pieces_per_row {
+        let row = piece / pieces_per_row;
+        let col0 = (piece % pieces_per_row) * NV_ROWWISE_ELEMENTS;
+        let start = row * cols + col0;
+        let stochastic = (flags & STOCHASTIC) != 0u32;
+        let swizzled = (flags & SWIZZLED) != 0u32;
+        let mut v = Array::<f32>::new(32usize);
+        #[unroll]
+        for i in 0..4usize {
+            load_chunk::<N>(input, start + i * 8, &mut v, i * 8, kind);
+        }
+        let s_enc = nvfp4_global_encode_scale(f32::reinterpret(amax[0]));
+        let s_dec = 1.0f32 / s_enc;
+        let multiplier = s_enc * 0.16666667f32; // S_enc * (1/6)
+        let row_scale_cols = (cols / 16 + 3) / 4 * 4;
+        let mut packed = Vector::<u32, N>::empty();
+        #[unroll]
+        for b in 0..2usize {
+            let mut m = 0u32;
+            #[unroll]
+            for i in 0..16usize {
+                m = max(m, abs_bits_for_amax(v[b * 16 + i]));
+            }
+            let byte = nvfp4_block_scale(f32::reinterpret(m), multiplier);
+            scales[scale_index(row, col0 / 16 + b, row_scale_cols, swizzled)] = u8::cast_from(byte);
+            let enc = nvfp4_element_scale(byte, s_dec);
+            #[unroll]
+            for h in 0..2usize {
+                packed[b * 2 + h] = encode_word8(
+                    &v,
+                    comptime![b * 16 + h * 8],
+                    enc,
+                    stochastic,
+                    keys[0],
+                    u32::cast_from(start + comptime![b * 16 + h * 8]),
+                );
+            }
+        }
+        codes[start / NV_ROWWISE_ELEMENTS] = packed;
+    }
+}
+
+/// Units of `nvfp4_strip_kernel`: 4 along M (16 rows each) by 32 along K (8 columns each), so a
+/// cube covers 64 rows x 256 columns.
+pub const NV_STRIP_ROW_UNITS: usize = 4;
+pub const NV_STRIP_COL_UNITS: usize = 32;
+pub const NV_STRIP_UNITS: usize = NV_STRIP_ROW_UNITS * NV_STRIP_COL_UNITS;
+pub const NV_STRIP_TILE_ROWS: usize = 16 * NV_STRIP_ROW_UNITS;
+pub const NV_STRIP_TILE_COLS: usize = 8 * NV_STRIP_COL_UNITS;
+/// Row partials are `[unit][row]` with a padding word per unit: 32 units writing the same row hit
+/// 32 distinct banks.
+const NV_PARTIAL_STRIDE: usize = 17;
+
+/// NVFP4 for 16-bit inputs with the columnwise copy (and the rowwise copy when `with_rowwise`),
+/// or 2D / grouped rowwise-only: one unit per 16 rows x 8 columns, the columnwise blocks (a
+/// column's 16 rows, RHT'd when asked) reduced and encoded from the unit's registers. Same codes
+/// and scales as `nvfp4_kernel`.
+///
+/// Unit u is row unit `u % 4`, column unit `u / 4`: a warp's loads read 128 contiguous bytes from
+/// each of 4 rows, its columnwise stores write a column's 4 x 8 code bytes (4 row units, 64
+/// rows) as one 32-byte sector, its rowwise stores 32 contiguous bytes of each of 4 rows. The
+/// only values that cross units are a row's 1x16 block amax and a 16x16 tile's amax, both shared
+/// by the neighbouring column unit (`u ^ 4`) through shared memory. `nvfp4_kernel` stages the
+/// whole tile as f32 in shared memory and re-reads it per direction.
+#[cube(launch_unchecked)]
+pub fn nvfp4_strip_kernel<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    rowwise_amax: &Array<u32>,
+    columnwise_amax: &Array<u32>,
+    keys: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    rowwise: &mut Array<u32>,
+    rowwise_scales: &mut Array<u8>,
+    columnwise: &mut Array<Vector<u32, Const<2>>>,
+    columnwise_scales: &mut Array<u8>,
+    rows: usize,
+    cols: usize,
+    groups: usize,
+    flags: u32,
+    #[comptime] config: Nvfp4KernelConfig,
+    #[comptime] with_rowwise: bool,
+    #[comptime] with_columnwise: bool,
+) {
+    let stochastic = (flags & STOCHASTIC) != 0u32;
+    let swizzled = (flags & SWIZZLED) != 0u32;
+    let kind = comptime![config.kind];
+    let unit = UNIT_POS as usize;
+    let row_unit = unit % NV_STRIP_ROW_UNITS;
+    let col_unit = unit / NV_STRIP_ROW_UNITS;
+    let partner = unit ^ NV_STRIP_ROW_UNITS;
+    let tile_row0 = CUBE_POS_Y as usize * NV_STRIP_TILE_ROWS;
+    let row0 = tile_row0 + row_unit * 16;
+    let col0 = CUBE_POS_X as usize * NV_STRIP_TILE_COLS + col_unit * 8;
+    // `rows` and `cols` are multiples of 16, so a unit and its partner are in or out together.
+    let active = row0 < rows && col0 < cols;
+    let mut g = 0usize;
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![config.grouped] {
+        // Groups are multiples of 128 rows: a cube's 64 rows lie in one group.
+        g = find_group(group_start, groups, tile_row0);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    // Rows past the last group (the zero tail) have rowwise codes only.
+    let in_group = tile_row0 - g_start < g_rows;
+    let block_2d = comptime![config.block_2d];
+    let row_partials = comptime![with_rowwise && !config.block_2d];
+
+    // 1. Load 16 rows x 8 columns (4 words a row); row partial maxima for the 1x16 row blocks,
+    //    the unit's maximum for the 16x16 tiles.
+    let mut words = Array::<u32>::new(64usize);
+    if active {
+        #[unroll]
+        for r in 0..16usize {
+            let w = input[((row0 + r) * cols + col0) / 8];
+            #[unroll]
+            for k in 0..4usize {
+                words[r * 4 + k] = w[k];
+            }
+        }
+    } else {
+        #[unroll]
+        for k in 0..64usize {
+            words[k] = 0u32;
+        }
+    }
+    let mut row_partial = SharedMemory::<u32>::new(comptime![if row_partials {
+        NV_STRIP_UNITS * NV_PARTIAL_STRIDE
+    } else {
+        1
+    }]);
+    let mut unit_max = 0u32;
+    #[unroll(config.unroll)]
+    for r in 0..16usize {
+        let mut m = 0u32;
+        #[unroll]
+        for j in 0..8usize {
+            m = max(m, abs_bits_for_amax(half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind)));
+        }
+        unit_max = max(unit_max, m);
+        if comptime![row_partials] {
+            row_partial[unit * NV_PARTIAL_STRIDE + r] = m;
+        }
+    }
+    let mut tile_amax = 0u32;
+    if comptime![block_2d] {
+        let mut unit_amax = SharedMemory::<u32>::new(NV_STRIP_UNITS);
+        unit_amax[unit] = unit_max;
+        sync_cube();
+        tile_amax = max(unit_max, unit_amax[partner]);
+    }
+    if comptime![row_partials] {
+        sync_cube();
+    }
+    let mut v = Array::<f32>::new(16usize);
+
+    // 2. Rowwise: row r's block amax is the max of this unit's and its partner's partials; the
+    //    even column unit writes the scale byte, each unit its 8 codes (one word).
+    if comptime![with_rowwise] {
+        if active {
+            let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[g]));
+            let s_dec = 1.0f32 / s_enc;
+            let multiplier = s_enc * 0.16666667f32;
+            let row_scale_cols = (cols / 16 + 3) / 4 * 4;
+            let writes_scale = (col_unit % 2) == 0;
+            let key = keys[2 * g];
+            #[unroll(config.unroll)]
+            for r in 0..16usize {
+                let mut amax = tile_amax;
+                if comptime![row_partials] {
+                    amax = max(
+                        row_partial[unit * NV_PARTIAL_STRIDE + r],
+                        row_partial[partner * NV_PARTIAL_STRIDE + r],
+                    );
+                }
+                let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
+                let row = row0 + r;
+                if writes_scale {
+                    rowwise_scales[scale_index(row, col0 / 16, row_scale_cols, swizzled)] =
+                        u8::cast_from(byte);
+                }
+                let enc = nvfp4_element_scale(byte, s_dec);
+                #[unroll]
+                for j in 0..8usize {
+                    v[j] = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
+                }
+                rowwise[(row * cols + col0) / 8] = encode_word8(
+                    &v,
+                    0usize,
+                    enc,
+                    stochastic,
+                    key,
+                    u32::cast_from((row - g_start) * cols + col0),
+                );
+            }
+        }
+    }
+
+    // 3. Columnwise `[K, M/2]`: each of the unit's 8 columns is one 16-row block (RHT'd when
+    //    asked), encoded to 8 bytes.
+    if comptime![with_columnwise] {
+        if active && in_group {
+            let s_enc = nvfp4_global_encode_scale(f32::reinterpret(columnwise_amax[g]));
+            let s_dec = 1.0f32 / s_enc;
+            let multiplier = s_enc * 0.16666667f32;
+            let local_row0 = row0 - g_start;
+            let col_scale_cols = (g_rows / 16 + 3) / 4 * 4;
+            let group_scales = (g_start / 16) * ((cols + 127) / 128 * 128);
+            let key = keys[2 * g + 1];
+            #[unroll(config.unroll)]
+            for j in 0..8usize {
+                #[unroll]
+                for r in 0..16usize {
+                    v[r] = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
+                }
+                if comptime![config.rht] {
+                    rht16(&mut v, 0usize, 1usize, kind);
+                }
+                let amax = if comptime![block_2d] {
+                    tile_amax
+                } else {
+                    block_amax16(&v)
+                };
+                let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
+                let col = col0 + j;
+                columnwise_scales
+                    [group_scales + scale_index(col, local_row0 / 16, col_scale_cols, swizzled)] =
+                    u8::cast_from(byte);
+                let enc = nvfp4_element_scale(byte, s_dec);
+                let first = col * g_rows + local_row0;
+                let mut packed = Vector::<u32, Const<2>>::empty();
+                packed[0] = encode_word8(&v, 0usize, enc, stochastic, key, u32::cast_from(first));
+                packed[1] =
+                    encode_word8(&v, 8usize, enc, stochastic, key, u32::cast_from(first + 8));
+                columnwise[(g_start * cols + first) / 16] = packed;
+            }
         }
     }
 }

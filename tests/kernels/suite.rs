@@ -176,16 +176,20 @@ pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtyp
     println!("{cases} quantize cases bit-exact");
 }
 
-/// The launcher takes `mxfp8_columnwise_kernel` / `fp8_block_transposed_kernel` for columnwise
-/// 16-bit cases and keeps the 4x8-unit tile kernels for the rest; forced on this test's thread,
-/// the tile kernels must give the reference's bytes for every MXFP8 and FP8 block case too.
+/// The launcher takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel` /
+/// `nvfp4_strip_kernel` for columnwise 16-bit cases (and `nvfp4_rowwise_kernel` for NVFP4's 1D
+/// rowwise casts) and keeps the tile kernels for the rest; forced on this test's thread, the tile
+/// kernels must give the reference's bytes for every MXFP8, FP8 block and NVFP4 case too.
 pub fn check_tile_quantize_kernels_match_reference<B: LowpBackend>(
     device: &B::Device,
     dtypes: &[InputDtype],
 ) {
     burn_lowp_kernels::force_tile_quantize_kernels(true);
     let cases = quantize_cases_match_reference::<B>(device, dtypes, |config| {
-        matches!(config, FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_))
+        matches!(
+            config,
+            FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_) | FormatConfig::Nvfp4(_)
+        )
     });
     burn_lowp_kernels::force_tile_quantize_kernels(false);
     assert!(cases > 0);
@@ -988,18 +992,27 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         let (x, groups) = grouped_input(&splits, tokens, cols, dtype, 17);
         let device_groups = Groups::<B>::from_host(groups.clone(), x.rows, device).unwrap();
         for (name, config) in configs() {
-            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, Usage::BOTH, GroupScaling::PerGroup)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            for (g, group) in groups.iter().enumerate() {
-                if group.len == 0 {
-                    continue;
+            // NVFP4's kernels differ by direction (a rowwise-only grouped cast takes the strip
+            // kernel without its columnwise half): every direction for it, both for the rest.
+            let usages: &[Usage] = if matches!(config, FormatConfig::Nvfp4(_)) {
+                &[Usage::BOTH, Usage::ROWWISE, Usage::COLUMNWISE]
+            } else {
+                &[Usage::BOTH]
+            };
+            for &usage in usages {
+                let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, usage, GroupScaling::PerGroup)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                for (g, group) in groups.iter().enumerate() {
+                    if group.len == 0 {
+                        continue;
+                    }
+                    let slice = HostMatrix::new("slice", group.len, cols, dtype,
+                        x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
+                    let reference = quantize(&slice, &group_config(&config, g), usage).unwrap();
+                    let ours = group_view(&q, g, *group).to_host().unwrap();
+                    assert_bit_equal(&ours, &reference, &format!("grouped {name} {} group {g} {usage:?}", dtype.name()));
+                    cases += 1;
                 }
-                let slice = HostMatrix::new("slice", group.len, cols, dtype,
-                    x.values[group.start * cols..(group.start + group.len) * cols].to_vec()).unwrap();
-                let reference = quantize(&slice, &group_config(&config, g), Usage::BOTH).unwrap();
-                let ours = group_view(&q, g, *group).to_host().unwrap();
-                assert_bit_equal(&ours, &reference, &format!("grouped {name} {} group {g}", dtype.name()));
-                cases += 1;
             }
         }
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
