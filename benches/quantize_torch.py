@@ -129,7 +129,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="16384x8192,4096x4096")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--formats", default="", help="comma-separated format names (default: all)")
     args = parser.parse_args()
+    formats = {name: f for name, f in FORMATS.items() if not args.formats or name in args.formats.split(",")}
     torch.manual_seed(0)
     for shape in args.shapes.split(","):
         m, k = (int(v) for v in shape.split("x"))
@@ -139,7 +141,7 @@ def main():
         copy_s = timed(lambda: x.clone(), iterations)
         copy_gbps = 2 * 2 * n / copy_s / 1e9
         print(json.dumps({"bench": "torch-copy", "shape": [m, k], "dtype": "bf16", "time_us": round(copy_s * 1e6, 1), "gbps": round(copy_gbps, 1)}), flush=True)
-        for name, (fn, out_bytes) in FORMATS.items():
+        for name, (fn, out_bytes) in formats.items():
             for usage, (row, col) in USAGES.items():
                 modes = [("eager", fn)] if args.no_compile else [("eager", fn), ("compile", torch.compile(fn, dynamic=False))]
                 for mode, f in modes:

@@ -301,6 +301,25 @@ pub fn encode_e2m1(x: f32) -> u32 {
     )
 }
 
+/// `encode_e2m1(x)` for an `x` that is not NaN, with no branches and mostly FMA-pipe work (the
+/// NVFP4 kernels replace NaNs by +0 before encoding, which gives NaN's code 0). With `a = |x|`
+/// the E2M1 magnitude under round-to-nearest-even is `min(rint(2a), rint(a) + 2, rint(a / 2) + 4,
+/// 7)` (each term is the grid's rounding on one binade range and overestimates outside it), and
+/// `rint(y) + k` is the low bits of `y + 1.5 * 2^23 + k`, whose unit in the last place is 1 (ties
+/// go to the even integer because `1.5 * 2^23 + k` is even for k = 0, 2, 4). `2a` and `a / 2`
+/// are exact, so fusing the multiply into the add changes nothing. Checked equal to
+/// `encode_e2m1` for all 2^32 f32 bit patterns that are not NaN; about 8 ALU instructions an
+/// element where `encode_e2m1` takes about 16.
+#[cube]
+pub fn encode_e2m1_not_nan(x: f32) -> u32 {
+    let a = f32::abs(x);
+    let t1 = u32::reinterpret(a * 2.0f32 + 12582912.0f32);
+    let t2 = u32::reinterpret(a + 12582914.0f32);
+    let t3 = u32::reinterpret(a * 0.5f32 + 12582916.0f32);
+    let magnitude = min(min(t1, t2), min(t3, 0x4B40_0007u32)) - 0x4B40_0000u32;
+    magnitude | select(x < 0.0f32, 8u32, 0u32)
+}
+
 /// FP8 decode to the exact f32 value.
 #[cube]
 pub fn decode_fp8(code: u32, #[comptime] kind: Fp8Kind) -> f32 {

@@ -5,5 +5,3 @@ pub const ROWWISE: u32 = 1;
 pub const COLUMNWISE: u32 = 2;
 /// Write block scales in the GEMM-swizzled layout.
 pub const SWIZZLED: u32 = 4;
-/// NVFP4 stochastic rounding.
-pub const STOCHASTIC: u32 = 8;

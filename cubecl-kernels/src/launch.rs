@@ -1030,15 +1030,10 @@ pub fn quantize_nvfp4<R: Runtime>(
         block_2d: options.block_2d,
         rht: options.rht,
         grouped: groups.is_some(),
+        stochastic: options.stochastic_keys.is_some(),
         unroll: unroll(client),
     };
-    let flags = directions.flags()
-        | if swizzled { flags::SWIZZLED } else { 0 }
-        | if options.stochastic_keys.is_some() {
-            flags::STOCHASTIC
-        } else {
-            0
-        };
+    let flags = directions.flags() | if swizzled { flags::SWIZZLED } else { 0 };
     let (group_start, group_rows, count) = group_args(client, groups);
     let rowwise_only_1d = directions.rowwise
         && !directions.columnwise
@@ -1089,7 +1084,7 @@ pub fn quantize_nvfp4<R: Runtime>(
                 x.rows,
                 x.cols,
                 flags,
-                x.kind,
+                config,
             )
         };
     } else {

@@ -7,8 +7,10 @@
 //! one rowwise block (16 columns of a row) and one columnwise block (16 rows of a column, where
 //! the RHT runs), each from 16 registers.
 
-use crate::codec::{abs_bits_for_amax, encode_e2m1, half_of_word, load_chunk, ElemKind};
-use crate::flags::{COLUMNWISE, ROWWISE, STOCHASTIC, SWIZZLED};
+use crate::codec::{
+    abs_bits_for_amax, encode_e2m1, encode_e2m1_not_nan, half_of_word, load_chunk, ElemKind,
+};
+use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
 use crate::group_layout::find_group;
 use crate::hadamard::rht16;
 use crate::random::random_word;
@@ -34,19 +36,13 @@ pub struct Nvfp4KernelConfig {
     /// byte `start_g * cols / 2`, scales `[roundup(cols, 128), rows_g / 16]` at
     /// `start_g / 16` scale columns' worth; stochastic rounding counts elements within the group.
     pub grouped: bool,
+    /// Stochastic rounding (the `STOCHASTIC` flag as a compile-time choice, so that the
+    /// round-to-nearest kernels carry no stochastic-rounding code: a rarely taken branch per
+    /// element still filled the instruction cache).
+    pub stochastic: bool,
     /// Fully unroll `nvfp4_strip_kernel`'s per-row and per-column loops (fast code; slow to
     /// compile on lavapipe). `nvfp4_kernel` ignores it.
     pub unroll: bool,
-}
-
-/// The E2M1 code of `v`, rounded to nearest even or stochastically with 8 random bits.
-#[cube]
-pub fn round_e2m1(v: f32, random: u32, stochastic: bool) -> u32 {
-    let mut code = encode_e2m1(v);
-    if stochastic {
-        code = stochastic_round_e2m1(v, random);
-    }
-    code
 }
 
 /// TE's software stochastic rounding to the E2M1 grid (see the host reference).
@@ -70,28 +66,36 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u32 {
 /// E2M1 codes (element i in bits 4i..4i+4). Element `i`'s random bits are byte `i % 4` of draw
 /// `first_index / 4 + i / 4` (`random_byte(key, first_index + i)`), so `first_index` must be a
 /// multiple of 4 (every caller's is a multiple of 8): each draw is computed once for its four
-/// elements instead of once per element.
+/// elements instead of once per element. `nan_free`: the values hold no NaN (the caller replaced
+/// them by +0), so round-to-nearest takes `encode_e2m1_not_nan`.
 #[cube]
 fn encode_word8(
     v: &Array<f32>,
     offset: usize,
     enc: f32,
-    stochastic: bool,
+    #[comptime] stochastic: bool,
     key: u32,
     first_index: u32,
+    #[comptime] nan_free: bool,
 ) -> u32 {
     let mut word = 0u32;
     #[unroll]
     for quad in 0..2usize {
         let mut draw = 0u32;
-        if stochastic {
+        if comptime![stochastic] {
             draw = random_word(key, first_index / 4u32 + comptime![quad as u32]);
         }
         #[unroll]
         for b in 0..4usize {
             let i = comptime![quad * 4 + b];
-            let random = (draw >> comptime![8 * b as u32]) & 0xFFu32;
-            let code = round_e2m1(v[offset + i] * enc, random, stochastic);
+            let x = v[offset + i] * enc;
+            let code = if comptime![stochastic] {
+                stochastic_round_e2m1(x, (draw >> comptime![8 * b as u32]) & 0xFFu32)
+            } else if comptime![nan_free] {
+                encode_e2m1_not_nan(x)
+            } else {
+                encode_e2m1(x)
+            };
             word |= code << comptime![4 * i as u32];
         }
     }
@@ -103,14 +107,47 @@ fn encode_word8(
 fn encode_block16(
     v: &Array<f32>,
     enc: f32,
-    stochastic: bool,
+    #[comptime] stochastic: bool,
     key: u32,
     first_index: u32,
 ) -> (u32, u32) {
     (
-        encode_word8(v, 0usize, enc, stochastic, key, first_index),
-        encode_word8(v, 8usize, enc, stochastic, key, first_index + 8u32),
+        encode_word8(v, 0usize, enc, stochastic, key, first_index, false),
+        encode_word8(v, 8usize, enc, stochastic, key, first_index + 8u32, false),
     )
+}
+
+/// The NaN-skipping amax (as bits) of `v[offset..offset + n]`, leaving the values NaN-free for
+/// `encode_e2m1_not_nan`: an integer max over the sign-cleared bits, and only where that finds a
+/// NaN (bits above +inf; rare) the NaNs are replaced by +0, which encodes to NaN's code 0 and
+/// which the amax skips, and the max is taken again. `block_amax16` spends four ALU
+/// instructions an element on NaN checks; this spends two.
+#[cube]
+fn nan_free_amax(v: &mut Array<f32>, offset: usize, #[comptime] n: usize) -> u32 {
+    let mut m = 0u32;
+    #[unroll]
+    for i in 0..n {
+        m = max(m, u32::reinterpret(v[offset + i]) & 0x7FFF_FFFFu32);
+    }
+    if m > 0x7F80_0000u32 {
+        m = 0u32;
+        #[unroll]
+        for i in 0..n {
+            m = max(m, abs_bits_for_amax(v[offset + i]));
+        }
+        clear_nans(v, offset, n);
+    }
+    m
+}
+
+/// Replaces the NaNs of `v[offset..offset + n]` by +0 (their code, 0, is NaN's).
+#[cube]
+fn clear_nans(v: &mut Array<f32>, offset: usize, #[comptime] n: usize) {
+    #[unroll]
+    for i in 0..n {
+        let x = v[offset + i];
+        v[offset + i] = select(x.is_nan(), 0.0f32, x);
+    }
 }
 
 #[cube]
@@ -148,7 +185,6 @@ pub fn nvfp4_kernel<N: Size>(
     flags: u32,
     #[comptime] config: Nvfp4KernelConfig,
 ) {
-    let stochastic = (flags & STOCHASTIC) != 0u32;
     let swizzled = (flags & SWIZZLED) != 0u32;
     let unit = UNIT_POS as usize;
     let tile_row0 = CUBE_POS_Y as usize * NV_TILE;
@@ -232,7 +268,7 @@ pub fn nvfp4_kernel<N: Size>(
         let (low, high) = encode_block16(
             &v,
             enc,
-            stochastic,
+            config.stochastic,
             rowwise_key,
             u32::cast_from((row - g_start) * cols + col0),
         );
@@ -275,7 +311,7 @@ pub fn nvfp4_kernel<N: Size>(
             let (low, high) = encode_block16(
                 &v,
                 enc,
-                stochastic,
+                config.stochastic,
                 columnwise_key,
                 u32::cast_from(col * g_rows + local_row0),
             );
@@ -294,8 +330,9 @@ pub const NV_ROWWISE_ELEMENTS: usize = 32;
 /// of a row, amaxes in registers, no shared memory and no cube barrier. A warp reads 32
 /// consecutive 64-byte pieces of a row (2 KiB of bf16) and writes 512 contiguous code bytes as
 /// 16-byte vectors. Same codes and scales as `nvfp4_kernel`, which stages a 64x64 tile in shared
-/// memory for every case (Nsight Compute, stop 20: 88 % of the SM's issue slots, 35 % of DRAM
-/// bandwidth rowwise); the launcher picks this kernel for the forward activation's cast.
+/// memory for every case; the launcher picks this kernel for the forward activation's cast.
+/// The element work is what bounds NVFP4 (Nsight Compute: the ALU pipe, not DRAM), hence
+/// `nan_free_amax` and `encode_e2m1_not_nan`.
 #[cube(launch_unchecked)]
 pub fn nvfp4_rowwise_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
@@ -306,7 +343,7 @@ pub fn nvfp4_rowwise_kernel<N: Size>(
     rows: usize,
     cols: usize,
     flags: u32,
-    #[comptime] kind: ElemKind,
+    #[comptime] config: Nvfp4KernelConfig,
 ) {
     let pieces_per_row = cols / NV_ROWWISE_ELEMENTS;
     let piece = ABSOLUTE_POS;
@@ -314,12 +351,11 @@ pub fn nvfp4_rowwise_kernel<N: Size>(
         let row = piece / pieces_per_row;
         let col0 = (piece % pieces_per_row) * NV_ROWWISE_ELEMENTS;
         let start = row * cols + col0;
-        let stochastic = (flags & STOCHASTIC) != 0u32;
         let swizzled = (flags & SWIZZLED) != 0u32;
         let mut v = Array::<f32>::new(32usize);
         #[unroll]
         for i in 0..4usize {
-            load_chunk::<N>(input, start + i * 8, &mut v, i * 8, kind);
+            load_chunk::<N>(input, start + i * 8, &mut v, i * 8, config.kind);
         }
         let s_enc = nvfp4_global_encode_scale(f32::reinterpret(amax[0]));
         let s_dec = 1.0f32 / s_enc;
@@ -328,11 +364,7 @@ pub fn nvfp4_rowwise_kernel<N: Size>(
         let mut packed = Vector::<u32, N>::empty();
         #[unroll]
         for b in 0..2usize {
-            let mut m = 0u32;
-            #[unroll]
-            for i in 0..16usize {
-                m = max(m, abs_bits_for_amax(v[b * 16 + i]));
-            }
+            let m = nan_free_amax(&mut v, comptime![b * 16], 16usize);
             let byte = nvfp4_block_scale(f32::reinterpret(m), multiplier);
             scales[scale_index(row, col0 / 16 + b, row_scale_cols, swizzled)] = u8::cast_from(byte);
             let enc = nvfp4_element_scale(byte, s_dec);
@@ -342,9 +374,10 @@ pub fn nvfp4_rowwise_kernel<N: Size>(
                     &v,
                     comptime![b * 16 + h * 8],
                     enc,
-                    stochastic,
+                    config.stochastic,
                     keys[0],
                     u32::cast_from(start + comptime![b * 16 + h * 8]),
+                    true,
                 );
             }
         }
@@ -363,6 +396,38 @@ pub const NV_STRIP_TILE_COLS: usize = 8 * NV_STRIP_COL_UNITS;
 /// 32 distinct banks.
 const NV_PARTIAL_STRIDE: usize = 17;
 
+/// Row maxima (as bits) of a strip unit's 16 rows x 8 columns, into `row_max`; returns their
+/// max. `skip_nan`: NaNs count as 0 (`abs_bits_for_amax`); otherwise the sign-cleared bits are
+/// compared as they are (two instructions an element instead of four) and a result above +inf
+/// says there is a NaN.
+#[cube]
+fn strip_row_maxima(
+    words: &Array<u32>,
+    row_max: &mut Array<u32>,
+    #[comptime] kind: ElemKind,
+    #[comptime] skip_nan: bool,
+    #[comptime] unroll: bool,
+) -> u32 {
+    let mut unit_max = 0u32;
+    #[unroll(unroll)]
+    for r in 0..16usize {
+        let mut m = 0u32;
+        #[unroll]
+        for j in 0..8usize {
+            let x = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
+            let a = if comptime![skip_nan] {
+                abs_bits_for_amax(x)
+            } else {
+                u32::reinterpret(x) & 0x7FFF_FFFFu32
+            };
+            m = max(m, a);
+        }
+        row_max[r] = m;
+        unit_max = max(unit_max, m);
+    }
+    unit_max
+}
+
 /// NVFP4 for 16-bit inputs with the columnwise copy (and the rowwise copy when `with_rowwise`),
 /// or 2D / grouped rowwise-only: one unit per 16 rows x 8 columns, the columnwise blocks (a
 /// column's 16 rows, RHT'd when asked) reduced and encoded from the unit's registers. Same codes
@@ -374,6 +439,11 @@ const NV_PARTIAL_STRIDE: usize = 17;
 /// only values that cross units are a row's 1x16 block amax and a 16x16 tile's amax, both shared
 /// by the neighbouring column unit (`u ^ 4`) through shared memory. `nvfp4_kernel` stages the
 /// whole tile as f32 in shared memory and re-reads it per direction.
+///
+/// NaN inputs are rare: a unit finds them in its row maxima, and only then takes its maxima again
+/// skipping them and replaces them by +0 (NaN's code) in each row before encoding; columns are
+/// cleared by `nan_free_amax` after the RHT, which spreads a NaN over its block as the
+/// reference does.
 #[cube(launch_unchecked)]
 pub fn nvfp4_strip_kernel<N: Size>(
     input: &Array<Vector<u32, N>>,
@@ -394,7 +464,6 @@ pub fn nvfp4_strip_kernel<N: Size>(
     #[comptime] with_rowwise: bool,
     #[comptime] with_columnwise: bool,
 ) {
-    let stochastic = (flags & STOCHASTIC) != 0u32;
     let swizzled = (flags & SWIZZLED) != 0u32;
     let kind = comptime![config.kind];
     let unit = UNIT_POS as usize;
@@ -420,8 +489,7 @@ pub fn nvfp4_strip_kernel<N: Size>(
     let block_2d = comptime![config.block_2d];
     let row_partials = comptime![with_rowwise && !config.block_2d];
 
-    // 1. Load 16 rows x 8 columns (4 words a row); row partial maxima for the 1x16 row blocks,
-    //    the unit's maximum for the 16x16 tiles.
+    // 1. Load 16 rows x 8 columns (4 words a row) and take each row's maximum.
     let mut words = Array::<u32>::new(64usize);
     if active {
         #[unroll]
@@ -438,24 +506,14 @@ pub fn nvfp4_strip_kernel<N: Size>(
             words[k] = 0u32;
         }
     }
-    let mut row_partial = SharedMemory::<u32>::new(comptime![if row_partials {
-        NV_STRIP_UNITS * NV_PARTIAL_STRIDE
-    } else {
-        1
-    }]);
-    let mut unit_max = 0u32;
-    #[unroll(config.unroll)]
-    for r in 0..16usize {
-        let mut m = 0u32;
-        #[unroll]
-        for j in 0..8usize {
-            m = max(m, abs_bits_for_amax(half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind)));
-        }
-        unit_max = max(unit_max, m);
-        if comptime![row_partials] {
-            row_partial[unit * NV_PARTIAL_STRIDE + r] = m;
-        }
+    let mut row_max = Array::<u32>::new(16usize);
+    let mut unit_max = strip_row_maxima(&words, &mut row_max, kind, false, config.unroll);
+    let has_nan = unit_max > 0x7F80_0000u32;
+    if has_nan {
+        unit_max = strip_row_maxima(&words, &mut row_max, kind, true, config.unroll);
     }
+
+    // 2D: the 16x16 tile's amax is this unit's and its partner's maximum.
     let mut tile_amax = 0u32;
     if comptime![block_2d] {
         let mut unit_amax = SharedMemory::<u32>::new(NV_STRIP_UNITS);
@@ -463,14 +521,23 @@ pub fn nvfp4_strip_kernel<N: Size>(
         sync_cube();
         tile_amax = max(unit_max, unit_amax[partner]);
     }
-    if comptime![row_partials] {
-        sync_cube();
-    }
     let mut v = Array::<f32>::new(16usize);
 
-    // 2. Rowwise: row r's block amax is the max of this unit's and its partner's partials; the
-    //    even column unit writes the scale byte, each unit its 8 codes (one word).
+    // 2. Rowwise: row r's 1x16 block amax is the max of this unit's and its partner's row
+    //    maxima; the even column unit writes the scale byte, each unit its 8 codes (one word).
     if comptime![with_rowwise] {
+        let mut row_partial = SharedMemory::<u32>::new(comptime![if row_partials {
+            NV_STRIP_UNITS * NV_PARTIAL_STRIDE
+        } else {
+            1
+        }]);
+        if comptime![row_partials] {
+            #[unroll(config.unroll)]
+            for r in 0..16usize {
+                row_partial[unit * NV_PARTIAL_STRIDE + r] = row_max[r];
+            }
+            sync_cube();
+        }
         if active {
             let s_enc = nvfp4_global_encode_scale(f32::reinterpret(rowwise_amax[g]));
             let s_dec = 1.0f32 / s_enc;
@@ -482,10 +549,7 @@ pub fn nvfp4_strip_kernel<N: Size>(
             for r in 0..16usize {
                 let mut amax = tile_amax;
                 if comptime![row_partials] {
-                    amax = max(
-                        row_partial[unit * NV_PARTIAL_STRIDE + r],
-                        row_partial[partner * NV_PARTIAL_STRIDE + r],
-                    );
+                    amax = max(row_max[r], row_partial[partner * NV_PARTIAL_STRIDE + r]);
                 }
                 let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
                 let row = row0 + r;
@@ -498,20 +562,25 @@ pub fn nvfp4_strip_kernel<N: Size>(
                 for j in 0..8usize {
                     v[j] = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
                 }
+                if has_nan {
+                    clear_nans(&mut v, 0usize, 8usize);
+                }
                 rowwise[(row * cols + col0) / 8] = encode_word8(
                     &v,
                     0usize,
                     enc,
-                    stochastic,
+                    config.stochastic,
                     key,
                     u32::cast_from((row - g_start) * cols + col0),
+                    true,
                 );
             }
         }
     }
 
     // 3. Columnwise `[K, M/2]`: each of the unit's 8 columns is one 16-row block (RHT'd when
-    //    asked), encoded to 8 bytes.
+    //    asked), cleared of NaNs by `nan_free_amax` (the transform spreads an input NaN over
+    //    its block and makes NaNs of opposite infinities), encoded to 8 bytes.
     if comptime![with_columnwise] {
         if active && in_group {
             let s_enc = nvfp4_global_encode_scale(f32::reinterpret(columnwise_amax[g]));
@@ -530,10 +599,11 @@ pub fn nvfp4_strip_kernel<N: Size>(
                 if comptime![config.rht] {
                     rht16(&mut v, 0usize, 1usize, kind);
                 }
+                let block_amax = nan_free_amax(&mut v, 0usize, 16usize);
                 let amax = if comptime![block_2d] {
                     tile_amax
                 } else {
-                    block_amax16(&v)
+                    block_amax
                 };
                 let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
                 let col = col0 + j;
@@ -543,9 +613,24 @@ pub fn nvfp4_strip_kernel<N: Size>(
                 let enc = nvfp4_element_scale(byte, s_dec);
                 let first = col * g_rows + local_row0;
                 let mut packed = Vector::<u32, Const<2>>::empty();
-                packed[0] = encode_word8(&v, 0usize, enc, stochastic, key, u32::cast_from(first));
-                packed[1] =
-                    encode_word8(&v, 8usize, enc, stochastic, key, u32::cast_from(first + 8));
+                packed[0] = encode_word8(
+                    &v,
+                    0usize,
+                    enc,
+                    config.stochastic,
+                    key,
+                    u32::cast_from(first),
+                    true,
+                );
+                packed[1] = encode_word8(
+                    &v,
+                    8usize,
+                    enc,
+                    config.stochastic,
+                    key,
+                    u32::cast_from(first + 8),
+                    true,
+                );
                 columnwise[(g_start * cols + first) / 16] = packed;
             }
         }

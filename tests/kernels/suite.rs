@@ -523,6 +523,59 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
 /// NaN of either sign, infinities, values past the format's maximum, halfway cases at the top and
 /// bottom of the range and f32 subnormals, cast with a known scale (delayed scaling's cast): the
 /// special cases where the integer encoder and the CUDA conversion instruction could part ways.
+/// NVFP4 at its rounding boundaries and on special values, bit-exact against the reference for
+/// every NVFP4 config and direction. One element is 2688 (so the global encode scale is 1) and
+/// every 1x16 row block and 16x1 column block holds a 6.0 (so its E4M3 scale is 1 and its
+/// elements are encoded as they are): the other elements are each E2M1 rounding threshold (0.25,
+/// 0.75, 1.25, 1.75, 2.5, 3.5, 5, both signs) and its neighbours a float, f16 and bf16 step
+/// away, zeros, subnormals, values past 6, and NaNs (the amax skips them, they encode to 0; in
+/// the RHT'd copies they spread over their block). A second matrix adds infinities (the global
+/// amax is then infinite).
+pub fn check_nvfp4_special_values_match_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    let mut specials = vec![0.0f32, -0.0, f32::from_bits(1), -f32::from_bits(0x007F_FFFF), 6.0, -6.0, 6.5, 7.0, -100.0, f32::NAN];
+    for t in [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0] {
+        for step in [0.0f32, 2.0f32.powi(-23), 2.0f32.powi(-10), 2.0f32.powi(-7)] {
+            for sign in [1.0f32, -1.0] {
+                specials.push(sign * t * (1.0 + step));
+                specials.push(sign * t * (1.0 - step));
+            }
+        }
+    }
+    let (rows, cols) = (64, 128);
+    let mut cases = 0;
+    for &dtype in dtypes {
+        for with_inf in [false, true] {
+            let values = (0..rows * cols)
+                .map(|i| {
+                    let (r, c) = (i / cols, i % cols);
+                    let v = if r == 0 && c == 0 {
+                        2688.0
+                    } else if with_inf && i % 97 == 5 {
+                        if i % 2 == 0 { f32::INFINITY } else { f32::NEG_INFINITY }
+                    } else if r % 16 == 0 || c % 16 == 0 {
+                        6.0
+                    } else {
+                        specials[(i * 7) % specials.len()]
+                    };
+                    dtype.round(v)
+                })
+                .collect();
+            let x = HostMatrix::new("nvfp4 special", rows, cols, dtype, values).unwrap();
+            for (name, config) in configs().into_iter().filter(|(_, c)| matches!(c, FormatConfig::Nvfp4(_))) {
+                for usage in [Usage::BOTH, Usage::ROWWISE, Usage::COLUMNWISE] {
+                    let context = format!("special values {name} {} inf {with_inf} {usage:?}", dtype.name());
+                    let reference = quantize(&x, &config, usage).unwrap();
+                    let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
+                        .unwrap_or_else(|e| panic!("{context}: {e}"));
+                    assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
+                    cases += 1;
+                }
+            }
+        }
+    }
+    println!("{cases} NVFP4 special-value cases bit-exact");
+}
+
 pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     let specials = [
         f32::NAN,
@@ -1144,6 +1197,11 @@ macro_rules! kernel_suite {
         #[test]
         fn delayed_update_matches_tensor_ops() {
             if let Some(d) = $device { crate::suite::check_delayed_update_matches_tensor_ops::<$backend>(&d); }
+        }
+
+        #[test]
+        fn nvfp4_special_values_match_reference() {
+            if let Some(d) = $device { crate::suite::check_nvfp4_special_values_match_reference::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
