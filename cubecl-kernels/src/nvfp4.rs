@@ -57,7 +57,7 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u32 {
     let q = ((t * inverse_step_t).floor() * step_t).min(6.0f32);
     let mut code = 0u32;
     if !x.is_nan() {
-        code = encode_e2m1(select(x < 0.0f32, -q, q));
+        code = encode_e2m1_not_nan(select(x < 0.0f32, -q, q));
     }
     code
 }
@@ -525,6 +525,10 @@ pub fn nvfp4_strip_kernel<N: Size>(
 
     // 2. Rowwise: row r's 1x16 block amax is the max of this unit's and its partner's row
     //    maxima; the even column unit writes the scale byte, each unit its 8 codes (one word).
+    //    The row loop is not unrolled and reloads its row (an L1 or L2 hit: the unit read it
+    //    above): unrolled, the rowwise and columnwise passes together overflowed the
+    //    instruction cache (Nsight Compute, both directions: 34 % of DRAM bandwidth, warps
+    //    mostly stalled on instruction fetch).
     if comptime![with_rowwise] {
         let mut row_partial = SharedMemory::<u32>::new(comptime![if row_partials {
             NV_STRIP_UNITS * NV_PARTIAL_STRIDE
@@ -545,11 +549,13 @@ pub fn nvfp4_strip_kernel<N: Size>(
             let row_scale_cols = (cols / 16 + 3) / 4 * 4;
             let writes_scale = (col_unit % 2) == 0;
             let key = keys[2 * g];
-            #[unroll(config.unroll)]
             for r in 0..16usize {
                 let mut amax = tile_amax;
                 if comptime![row_partials] {
-                    amax = max(row_max[r], row_partial[partner * NV_PARTIAL_STRIDE + r]);
+                    amax = max(
+                        row_partial[unit * NV_PARTIAL_STRIDE + r],
+                        row_partial[partner * NV_PARTIAL_STRIDE + r],
+                    );
                 }
                 let byte = nvfp4_block_scale(f32::reinterpret(amax), multiplier);
                 let row = row0 + r;
@@ -558,9 +564,10 @@ pub fn nvfp4_strip_kernel<N: Size>(
                         u8::cast_from(byte);
                 }
                 let enc = nvfp4_element_scale(byte, s_dec);
+                let w = input[(row * cols + col0) / 8];
                 #[unroll]
                 for j in 0..8usize {
-                    v[j] = half_of_word(words[r * 4 + j / 2], j % 2 == 1, kind);
+                    v[j] = half_of_word(w[j / 2], j % 2 == 1, kind);
                 }
                 if has_nan {
                     clear_nans(&mut v, 0usize, 8usize);
