@@ -955,8 +955,9 @@ pub struct Nvfp4Options {
 /// group gets its own global amaxes and random streams (no swizzled scales).
 ///
 /// Kernels: `nvfp4_rowwise_kernel` for 1D rowwise-only casts (`K % 32 == 0`, not grouped),
-/// `nvfp4_strip_kernel` for every other 16-bit case, `nvfp4_kernel` (64x64 tiles staged in
-/// shared memory) for the rest of the f32 cases; all give the same bytes.
+/// `nvfp4_strip_kernel` for the other 16-bit cases without stochastic rounding,
+/// `nvfp4_kernel` (64x64 tiles staged in shared memory) for the rest (f32 inputs, stochastic
+/// rounding with the columnwise copy); all give the same bytes.
 pub fn quantize_nvfp4<R: Runtime>(
     client: &ComputeClient<R>,
     x: InputMatrix,
@@ -1040,7 +1041,14 @@ pub fn quantize_nvfp4<R: Runtime>(
         && !options.block_2d
         && groups.is_none()
         && x.cols % NV_ROWWISE_ELEMENTS == 0;
-    if tile_kernels_forced() || (x.kind == ElemKind::F32 && !rowwise_only_1d) {
+    // Stochastic rounding with the columnwise copy stays on the tile kernel: the strip kernel
+    // holds 217 registers there and took 709 / 1607 us (columnwise / both, 16384x8192 bf16,
+    // H100) against the tile kernel's 574 / 868 us (`benches/results/nvfp4-h100/call4`).
+    let stochastic_columnwise = options.stochastic_keys.is_some() && directions.columnwise;
+    if tile_kernels_forced()
+        || (x.kind == ElemKind::F32 && !rowwise_only_1d)
+        || stochastic_columnwise
+    {
         unsafe {
             nvfp4_kernel::launch_unchecked::<R>(
                 client,
