@@ -21,7 +21,7 @@
 use crate::activation::{act_value, gate_value, ActFn};
 use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
 use crate::pairs::round_to;
-use crate::group_layout::find_group;
+use crate::group_layout::group_of_row;
 use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
@@ -117,14 +117,8 @@ pub fn fp8_cast_kernel<N: Size>(
     let col0 = CUBE_POS_X as usize * FP8_TILE_COLS + strip * 8;
     let active = row0 < rows && col0 < cols;
 
-    let mut g = 0usize;
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![config.grouped] {
-        g = find_group(group_start, groups, tile_row0);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    let (g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
     let in_group = tile_row0 - g_start < g_rows;
 
     let mut source = f32::reinterpret(scale_source[scale_first + g * scale_stride]);

@@ -14,7 +14,7 @@
 
 use crate::codec::{abs_bits_for_amax, encode_fp8_by, half_of_word, load_chunk, ElemKind, Fp8Encoder};
 use crate::flags::{COLUMNWISE, ROWWISE};
-use crate::group_layout::find_group;
+use crate::group_layout::group_of_row;
 use crate::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
 
@@ -50,13 +50,8 @@ fn tile_group(
     tile_row: usize,
     #[comptime] grouped: bool,
 ) -> (usize, usize) {
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![grouped] {
-        let g = find_group(group_start, groups, tile_row * BLOCK_TILE);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    let (_g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row * BLOCK_TILE, grouped);
     (g_start, g_rows)
 }
 

@@ -19,6 +19,29 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+/// The row group that holds `row` of a grouped matrix, as `(index, first row, rows)`; for a
+/// matrix that is not grouped, `(0, 0, rows)`: all rows are one group. The quantize kernels ask
+/// with the first row of a tile, which lies in one group (groups are multiples of 128 rows).
+#[cube]
+pub fn group_of_row(
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    groups: usize,
+    rows: usize,
+    row: usize,
+    #[comptime] grouped: bool,
+) -> (usize, usize, usize) {
+    let mut g = 0usize;
+    let mut g_start = 0usize;
+    let mut g_rows = rows;
+    if comptime![grouped] {
+        g = find_group(group_start, groups, row);
+        g_start = usize::cast_from(group_start[g]);
+        g_rows = usize::cast_from(group_rows[g]);
+    }
+    (g, g_start, g_rows)
+}
+
 /// Status codes of `group_scan_kernel`.
 pub const STATUS_OK: u32 = 0;
 /// A split is negative: `value` holds its bits (i32), `index` the group.

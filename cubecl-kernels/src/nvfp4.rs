@@ -3,15 +3,22 @@
 //! transform on the columnwise copy and stochastic rounding. The global amaxes come from the amax
 //! pass (`amax.rs`). Host reference: `burn_lowp::format::nvfp4`.
 //!
-//! Tiling: a cube of 256 units stages a 64 x 64 tile in shared memory; then every unit quantizes
-//! one rowwise block (16 columns of a row) and one columnwise block (16 rows of a column, where
-//! the RHT runs), each from 16 registers.
+//! Three kernels, chosen by the launcher (`launch::quantize_nvfp4`), all giving the same bytes:
+//! - `nvfp4_kernel`: a cube of 256 units stages a 64 x 64 tile in shared memory as f32; then
+//!   every unit quantizes one rowwise block (16 columns of a row) and one columnwise block (16
+//!   rows of a column, where the RHT runs), each from 16 registers. f32 inputs and stochastic
+//!   rounding with the columnwise copy.
+//! - `nvfp4_rowwise_kernel`: 1D rowwise-only casts, one unit per two blocks, no shared memory.
+//! - `nvfp4_strip_kernel`: the other 16-bit cases, one unit per 16 rows x 8 columns.
+//!
+//! The element work bounds NVFP4 on Hopper (no E2M1 conversion instruction): the two newer
+//! kernels take the branch-free `encode_e2m1_not_nan` and the two-instruction `nan_free_amax`.
 
 use crate::codec::{
     abs_bits_for_amax, encode_e2m1, encode_e2m1_not_nan, half_of_word, load_chunk, ElemKind,
 };
 use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
-use crate::group_layout::find_group;
+use crate::group_layout::group_of_row;
 use crate::hadamard::rht16;
 use crate::random::random_word;
 use crate::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_scale};
@@ -189,14 +196,8 @@ pub fn nvfp4_kernel<N: Size>(
     let unit = UNIT_POS as usize;
     let tile_row0 = CUBE_POS_Y as usize * NV_TILE;
     let tile_col0 = CUBE_POS_X as usize * NV_TILE;
-    let mut g = 0usize;
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![config.grouped] {
-        g = find_group(group_start, groups, tile_row0);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    let (g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
     // A tile past the last group (the zero tail) writes rowwise codes only.
     let in_group = tile_row0 - g_start < g_rows;
     let rowwise_key = keys[2 * g];
@@ -475,15 +476,9 @@ pub fn nvfp4_strip_kernel<N: Size>(
     let col0 = CUBE_POS_X as usize * NV_STRIP_TILE_COLS + col_unit * 8;
     // `rows` and `cols` are multiples of 16, so a unit and its partner are in or out together.
     let active = row0 < rows && col0 < cols;
-    let mut g = 0usize;
-    let mut g_start = 0usize;
-    let mut g_rows = rows;
-    if comptime![config.grouped] {
-        // Groups are multiples of 128 rows: a cube's 64 rows lie in one group.
-        g = find_group(group_start, groups, tile_row0);
-        g_start = usize::cast_from(group_start[g]);
-        g_rows = usize::cast_from(group_rows[g]);
-    }
+    // Groups are multiples of 128 rows: a cube's 64 rows lie in one group.
+    let (g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
     // Rows past the last group (the zero tail) have rowwise codes only.
     let in_group = tile_row0 - g_start < g_rows;
     let block_2d = comptime![config.block_2d];
