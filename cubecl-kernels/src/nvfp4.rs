@@ -71,9 +71,10 @@ pub fn stochastic_round_e2m1(x: f32, random: u32) -> u32 {
 
 /// Encodes the 8 values `v[offset..offset + 8]` with multiplier `enc` into one word of packed
 /// E2M1 codes (element i in bits 4i..4i+4). Element `i`'s random bits are byte `i % 4` of draw
-/// `first_index / 4 + i / 4` (`random_byte(key, first_index + i)`), so `first_index` must be a
-/// multiple of 4 (every caller's is a multiple of 8): each draw is computed once for its four
-/// elements instead of once per element. `nan_free`: the values hold no NaN (the caller replaced
+/// `first_index / 4 + i / 4`, as the host reference's `random_byte(key, first_index + i)`
+/// (`burn_lowp::format::random`) takes them, so `first_index` must be a multiple of 4 (every
+/// caller's is a multiple of 8): each draw is computed once for its four elements instead of
+/// once per element. `nan_free`: the values hold no NaN (the caller replaced
 /// them by +0), so round-to-nearest takes `encode_e2m1_not_nan`.
 #[cube]
 fn encode_word8(

@@ -21,9 +21,3 @@ pub fn mix32(x: u32) -> u32 {
 pub fn random_word(key: u32, counter: u32) -> u32 {
     mix32(mix32(counter ^ key) + key)
 }
-
-/// The 8 random bits of element `index`: byte `index % 4` of draw `index / 4`.
-#[cube]
-pub fn random_byte(key: u32, index: u32) -> u32 {
-    (random_word(key, index / 4u32) >> ((index % 4u32) * 8u32)) & 0xFFu32
-}
