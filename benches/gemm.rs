@@ -265,10 +265,7 @@ fn main() {
             linear.end_step().unwrap();
         };
         // `LOWP_BENCH_PROFILE_STEPS=n`: run n untimed steps only (under a profiler such as ncu).
-        if let Some(steps) = std::env::var("LOWP_BENCH_PROFILE_STEPS")
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-        {
+        if let Some(steps) = cases::profile_steps() {
             for _ in 0..steps {
                 step();
             }

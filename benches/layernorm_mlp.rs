@@ -12,7 +12,8 @@
 //! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
 //! three runs; the steps of one activation in rounds (one run of each recipe per round, after a
 //! round that heats the GPU: `timing::time_rounds`), and with `LOWP_BENCH_TURNS=1` PyTorch's
-//! step runs before each round (`benches/layernorm_mlp_torch.py --turns`). `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
+//! step runs before each round (`benches/layernorm_mlp_torch.py --turns`). `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`;
+//! `LOWP_BENCH_PROFILE_STEPS=n` runs n untimed steps of each selected recipe (for a tracer).
 
 #[path = "common/cases.rs"]
 mod cases;
@@ -167,6 +168,15 @@ fn main() {
                     "{{\"bench\":\"mlp_step\",\"activation\":\"{act}\",\"recipe\":\"{name}\",\"error\":\"panicked\"}}"
                 ),
             }
+        }
+        if let Some(steps) = cases::profile_steps() {
+            for (_, module) in &modules {
+                for _ in 0..steps {
+                    mlp_step(module, &x);
+                }
+                timing::sync(&client);
+            }
+            continue;
         }
         let mut steps: Vec<Box<dyn FnMut() + '_>> = modules
             .iter()

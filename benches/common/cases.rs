@@ -4,9 +4,20 @@
 use burn_lowp::recipe::Recipe;
 
 /// `LOWP_BENCH_FILTER=text` runs only the cases whose name (`gemm bf16 8192x8192x8192`,
-/// `linear_step current_scaling`, ...) contains `text` (for profiling one case).
+/// `linear_step current_scaling`, ...) contains `text` (for profiling one case); `text$` only
+/// those whose name ends with `text` (`mlp_step gelu current_scaling$` leaves out
+/// `current_scaling_fast_accumulation`).
 pub fn selected(name: &str) -> bool {
-    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| name.contains(&f))
+    std::env::var("LOWP_BENCH_FILTER").map_or(true, |f| match f.strip_suffix('$') {
+        Some(end) => name.ends_with(end),
+        None => name.contains(&f),
+    })
+}
+
+/// `LOWP_BENCH_PROFILE_STEPS=n`: run each selected step n times untimed and report nothing, for
+/// a profiler or tracer (ncu, `benches/profile/cupti_trace.c`).
+pub fn profile_steps() -> Option<usize> {
+    std::env::var("LOWP_BENCH_PROFILE_STEPS").ok().and_then(|s| s.parse().ok())
 }
 
 /// A recipe file from this repository's `recipes/`, or `./recipes` where the bench runs from a
@@ -29,3 +40,4 @@ pub fn fp8_encoder_from_env() -> &'static str {
         "instruction"
     }
 }
+
