@@ -1,7 +1,19 @@
-//! Timing shared by the CUDA benchmarks: wall clock around back-to-back calls between two device
-//! synchronizations.
+//! Timing shared by the CUDA benchmarks: the GPU time of back-to-back calls, between two timing
+//! events on CubeCL's stream (as the PyTorch peers time theirs with `torch.cuda.Event`), or with
+//! `LOWP_BENCH_CLOCK=wall` the wall clock between two device synchronizations.
+//!
+//! Why events: the wall clock also counts what a run costs once, whatever its length: the first
+//! call after a synchronization waits for CubeCL's device thread to wake (about 170 µs before
+//! the first launch, CUPTI trace of the quantize bench on an H100,
+//! `benches/results/trace-h100/`), and the synchronization's own return. Over 20 calls of a
+//! 135 µs cast that alone read as 9 µs more per call than the GPU spent. Events count from the
+//! point of the stream the first call follows to the point after the last, idle time between
+//! the calls included: a call that the CPU cannot enqueue fast enough still shows.
 
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use burn_lowp::backend::cublaslt::{queue_timing_mark, StreamMark};
 
 use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
 use burn_lowp_kernels::cubecl::prelude::*;
@@ -24,15 +36,22 @@ pub fn time(
     }
     sync(client);
     (0..runs)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            sync(client);
-            start.elapsed().as_secs_f64() / iterations as f64
-        })
+        .map(|_| timed_run(client, iterations, &mut f))
         .fold(f64::INFINITY, f64::min)
+}
+
+/// The device the benchmarks run on (`CudaDevice::new(0)`).
+const DEVICE: usize = 0;
+
+fn wall_clock() -> bool {
+    std::env::var("LOWP_BENCH_CLOCK").as_deref() == Ok("wall")
+}
+
+/// A timing mark queued on CubeCL's stream behind what this thread has queued.
+fn timing_mark() -> Arc<Mutex<Option<StreamMark>>> {
+    let slot = Arc::new(Mutex::new(None));
+    queue_timing_mark(DEVICE, slot.clone());
+    slot
 }
 
 /// Host seconds per call: the wall clock of `iterations` back-to-back calls before the device is
@@ -69,14 +88,25 @@ fn peer_turn(case: &serde_json::Value, run: usize) {
     let _ = std::io::stdin().lock().read_line(&mut String::new());
 }
 
-/// Seconds per call of one timed run of `iterations` calls.
+/// Seconds per call of one timed run of `iterations` calls: GPU time between two timing marks
+/// (see the module docs), or the wall clock with `LOWP_BENCH_CLOCK=wall` or where a mark could
+/// not be recorded.
 fn timed_run(client: &ComputeClient<CudaRuntime>, iterations: usize, f: &mut dyn FnMut()) -> f64 {
+    let wall = wall_clock();
+    let start_mark = (!wall).then(timing_mark);
     let start = Instant::now();
     for _ in 0..iterations {
         f();
     }
+    let end_mark = (!wall).then(timing_mark);
     sync(client);
-    start.elapsed().as_secs_f64() / iterations as f64
+    let wall_seconds = start.elapsed().as_secs_f64();
+    let taken = |m: Option<Arc<Mutex<Option<StreamMark>>>>| m.and_then(|m| m.lock().ok()?.take());
+    let gpu_seconds = match (taken(start_mark), taken(end_mark)) {
+        (Some(s), Some(e)) => e.seconds_since(&s).ok(),
+        _ => None,
+    };
+    gpu_seconds.unwrap_or(wall_seconds) / iterations as f64
 }
 
 /// Seconds per call as [`time`], taking turns with a peer process when `LOWP_BENCH_TURNS=1`

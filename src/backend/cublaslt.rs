@@ -1202,12 +1202,34 @@ impl StreamMark {
     pub fn reached(&self) -> bool {
         self.ctx.bind_to_thread().is_ok() && self.event.try_is_complete().unwrap_or(false)
     }
+
+    /// GPU seconds from `start` to this mark, both queued by [`queue_timing_mark`] on one CubeCL
+    /// stream; waits until the GPU has passed this mark.
+    pub fn seconds_since(&self, start: &StreamMark) -> Result<f64> {
+        self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+        self.event.synchronize().map_err(driver_error("event synchronize"))?;
+        let ms = start.event.elapsed_ms(&self.event).map_err(driver_error("event elapsed time"))?;
+        Ok(ms as f64 / 1e3)
+    }
 }
 
 /// Under `CubeclStream`: queues on CubeCL's device thread, behind what this thread has queued,
 /// a task that puts into `slot` a mark of the calling CubeCL stream at that point (see
 /// `StreamMark`; `None` if the event cannot be recorded).
 pub fn queue_stream_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>) {
+    queue_mark(device, slot, cuda::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+}
+
+/// A mark of the calling CubeCL stream, as [`queue_stream_mark`], whose event keeps its time:
+/// two of them give the GPU time between two points of the stream (`StreamMark::seconds_since`),
+/// as `torch.cuda.Event(enable_timing=True)` does for PyTorch; GEMMs on our streams count too,
+/// since CubeCL's stream waits for them. The slot is filled once CubeCL's device thread has run
+/// what was queued before (certainly after a `client.sync()`).
+pub fn queue_timing_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>) {
+    queue_mark(device, slot, cuda::CUevent_flags::CU_EVENT_DEFAULT);
+}
+
+fn queue_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>, flags: cuda::CUevent_flags) {
     cubecl_server(device).submit(move |server: &mut CudaServer| {
         let mark = server
             .stream_for_external_work(StreamId::current(), Vec::new())
@@ -1215,10 +1237,7 @@ pub fn queue_stream_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>) {
             .and_then(|(stream, _)| {
                 CublasLt::with(device, |lt| {
                     lt.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
-                    let event = lt
-                        .ctx
-                        .new_event(Some(cuda::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                        .map_err(driver_error("event"))?;
+                    let event = lt.ctx.new_event(Some(flags)).map_err(driver_error("event"))?;
                     unsafe { cuda::cuEventRecord(event.cu_event(), stream) }
                         .result()
                         .map_err(driver_error("record event on CubeCL's stream"))?;
