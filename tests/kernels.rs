@@ -31,6 +31,10 @@ mod zeroed;
 #[path = "kernels/gemm_block_scales.rs"]
 mod gemm_block_scales;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[path = "kernels/sum_squares.rs"]
+mod sum_squares;
+
 #[cfg(feature = "cuda")]
 #[path = "kernels/stats_trees.rs"]
 mod stats_trees;
@@ -90,6 +94,7 @@ mod wgpu {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
     crate::zeroed::zeroed_suite!(WgpuRuntime, device());
+    crate::sum_squares::sum_squares_suite!(WgpuRuntime, device());
     crate::gemm_block_scales::gemm_block_scales_suite!(WgpuRuntime, device());
 }
 
@@ -134,6 +139,7 @@ mod cuda {
         [InputDtype::F32, InputDtype::F16, InputDtype::BF16]
     );
     crate::zeroed::zeroed_suite!(CudaRuntime, device());
+    crate::sum_squares::sum_squares_suite!(CudaRuntime, device());
     crate::gemm_block_scales::gemm_block_scales_suite!(CudaRuntime, device());
     crate::stats_trees::stats_trees_suite!(CudaRuntime, device());
 }
