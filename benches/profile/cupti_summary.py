@@ -15,8 +15,13 @@ device synchronizations between its timed runs); every segment gets one line, an
 * the largest gaps with the work on either side, and the driver calls of the segment.
 
     python3 cupti_summary.py trace.csv [--segment N] [--split-ms 1.0] [--per N]
+    python3 cupti_summary.py trace.csv --steps N --step-end KERNEL [--skip S]
 
 `--per N` also divides the segment's figures by N (steps or calls in the timed run).
+`--steps N --step-end KERNEL` cuts a training run of N steps into steps instead (each step ends
+with the last of its launches of KERNEL, which every step launches equally often, e.g. the
+optimizer's `adamw`), leaves out the first S, and gives the per-step wall time, GPU busy time and
+idle time, the idle split by cause, and the kernels by GPU time per step.
 """
 
 import argparse
@@ -85,6 +90,48 @@ def union_and_gaps(records):
     return busy, gaps
 
 
+def classify(gap_end_rec, prev_end, api):
+    launch = api.get(gap_end_rec["corr"])
+    if launch is None:
+        return "no launch record"
+    return "host" if launch["end"] > prev_end else "queued"
+
+
+def per_step(gpu, api, steps, step_end, skip):
+    """Per-step figures of a training run (see the module docs)."""
+    ends = [i for i, r in enumerate(gpu) if step_end in r["name"]]
+    per = len(ends) // steps
+    if per == 0 or per * steps != len(ends):
+        print(f"{len(ends)} launches of {step_end!r} do not divide into {steps} steps")
+        return
+    last = [ends[(k + 1) * per - 1] for k in range(steps)]
+    windows = [(last[k] + 1, last[k + 1] + 1) for k in range(skip, steps - 1)]
+    totals = collections.Counter()
+    by_name = collections.Counter()
+    for a, b in windows:
+        seg = gpu[a:b]
+        totals["wall"] += seg[-1]["end"] - seg[0]["start"]
+        busy, gaps = union_and_gaps(seg)
+        totals["busy"] += busy
+        totals["records"] += len(seg)
+        for gap, _prev, nxt, prev_end in gaps:
+            cause = classify(nxt, prev_end, api)
+            totals[cause] += gap
+            totals[cause + " count"] += 1
+        for r in seg:
+            by_name[(r["kind"], r["name"])] += r["end"] - r["start"]
+    n = len(windows)
+    wall, busy = totals["wall"] / n, totals["busy"] / n
+    print(f"{n} steps (of {steps}, the first {skip} left out; {per} launches of {step_end!r} a step)")
+    print(f"per step: wall {wall / 1e3:.1f} us, GPU busy {busy / 1e3:.1f} us ({100 * busy / wall:.1f} %), "
+          f"{totals['records'] / n:.0f} GPU records")
+    for cause in ("host", "queued", "no launch record"):
+        print(f"  idle, {cause}: {totals[cause] / n / 1e3:.1f} us in {totals[cause + ' count'] / n:.0f} gaps")
+    print(f"\n{'us/step':>10} {'share':>6}  kind name")
+    for (kind, name), total in by_name.most_common(25):
+        print(f"{total / n / 1e3:10.1f} {100 * total / n / wall:5.1f}%  {kind} {short(name)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
@@ -93,11 +140,17 @@ def main():
     parser.add_argument("--split-ms", type=float, default=1.0)
     parser.add_argument("--per", type=int, default=1, help="calls or steps in the segment")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--steps", type=int, help="steps in the traced training run")
+    parser.add_argument("--step-end", help="a kernel each step ends with (e.g. adamw)")
+    parser.add_argument("--skip", type=int, default=3, help="first steps left out")
     args = parser.parse_args()
 
     gpu, api, api_rows = load(args.trace)
     if not gpu:
         print("no GPU records")
+        return
+    if args.steps and args.step_end:
+        per_step(gpu, api, args.steps, args.step_end, args.skip)
         return
     segs = segments(gpu, int(args.split_ms * 1e6))
     print(f"{len(gpu)} GPU records, {len(api_rows)} driver calls kept, {len(segs)} segments "
@@ -142,12 +195,7 @@ def main():
     classified = []
     for gap, prev, nxt, prev_end in gaps:
         launch = api.get(nxt["corr"])
-        if launch is None:
-            cause = "no launch record"
-        elif launch["end"] > prev_end:
-            cause = "host"
-        else:
-            cause = "queued"
+        cause = classify(nxt, prev_end, api)
         classified.append((gap, prev, nxt, cause, launch))
         for b in buckets:
             if b[0] <= gap < b[1]:
