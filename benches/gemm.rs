@@ -19,8 +19,10 @@
 //!   backward on 8192 tokens under the bf16, current_scaling (and its fast-accumulation
 //!   variant), delayed_scaling and block_scaling recipes, weight quantized every step (no
 //!   micro-batch cache), quantization included.
-//! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
-//! three runs. `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
+//! Timing: the GPU time of N back-to-back calls between two timing events on CubeCL's stream
+//! (`common/timing.rs`; `LOWP_BENCH_CLOCK=wall` for the wall clock), best of three runs;
+//! `gemm_raw` times its calls on our stream by the wall clock. `LOWP_BENCH_FILTER=text` keeps
+//! only the cases whose name contains `text`.
 
 use std::time::Instant;
 

@@ -25,7 +25,7 @@
 //!   has arrived (the default); and `_padded_copy`: the token rows padded into the aligned
 //!   layout by a row gather before `forward_aligned` (the module's path before its FP8 cast read
 //!   the packed rows through the layout's row map).
-//! Timing as `benches/gemm.rs` (best of three runs between device synchronizations); with
+//! Timing as `benches/gemm.rs` (best of three runs, GPU time between timing events); with
 //! `LOWP_BENCH_TURNS=1` each run waits for its PyTorch peer's run of the same case
 //! (`benches/peer/turns.py` drives both: `timing::time_in_turns`).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.

@@ -9,8 +9,8 @@
 //!   recipes; weights quantized every step (no micro-batch cache). TFLOP/s counts the six GEMMs.
 //! * `mlp_pass`: each norm / activation pass alone on the same shapes (forward with the fused
 //!   amax, backward with amax and dbias), to say how much of a step they take.
-//! Timing: wall clock around N back-to-back calls between two device synchronizations, best of
-//! three runs; the steps of one activation in rounds (one run of each recipe per round, after a
+//! Timing: the GPU time of N back-to-back calls between two timing events on CubeCL's stream
+//! (`common/timing.rs`), best of three runs; the steps of one activation in rounds (one run of each recipe per round, after a
 //! round that heats the GPU: `timing::time_rounds`), and with `LOWP_BENCH_TURNS=1` PyTorch's
 //! step runs before each round (`benches/layernorm_mlp_torch.py --turns`). `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`;
 //! `LOWP_BENCH_PROFILE_STEPS=n` runs n untimed steps of each selected recipe (for a tracer).

@@ -8,9 +8,10 @@
 //! `fp8-e4m3-scale` is the FP8 cast with a known scale (delayed scaling): one pass. FP8 formats run
 //! with both encoders (`encoder`: CUDA's conversion instruction, then the integer encoder).
 //! `LOWP_BENCH_FILTER=text` keeps the cases whose `format encoder usage` contains `text`.
-//! Timing: wall clock around N back-to-back launches between two device synchronizations, which
-//! includes launch and output-allocation overhead; `host_us` is what the CPU spends per call
-//! enqueueing (timing::host_time), for the formats' cases.
+//! Timing: the GPU time of N back-to-back calls between two timing events on CubeCL's stream
+//! (`common/timing.rs`: idle time between the calls counts, what a run costs once does not);
+//! `host_us` is what the CPU spends per call enqueueing (timing::host_time), for the formats'
+//! cases.
 
 #[path = "common/cases.rs"]
 mod cases;

@@ -40,4 +40,3 @@ pub fn fp8_encoder_from_env() -> &'static str {
         "instruction"
     }
 }
-
