@@ -18,6 +18,9 @@ device synchronizations between its timed runs); every segment gets one line, an
     python3 cupti_summary.py trace.csv --steps N --step-end KERNEL [--skip S]
 
 `--per N` also divides the segment's figures by N (steps or calls in the timed run).
+`--chrome FILE` also writes the trace in the Chrome trace format, a timeline for Perfetto
+(ui.perfetto.dev) or chrome://tracing: one row per stream for the GPU, one per thread for the
+driver calls.
 `--steps N --step-end KERNEL` cuts a training run of N steps into steps instead (each step ends
 with the last of its launches of KERNEL, which every step launches equally often, e.g. the
 optimizer's `adamw`), leaves out the first S, and gives the per-step wall time, GPU busy time and
@@ -25,8 +28,9 @@ idle time, the idle split by cause, and the kernels by GPU time per step.
 """
 
 import argparse
-import csv
 import collections
+import csv
+import json
 
 
 def load(path):
@@ -132,6 +136,24 @@ def per_step(gpu, api, steps, step_end, skip):
         print(f"{total / n / 1e3:10.1f} {100 * total / n / wall:5.1f}%  {kind} {short(name)}")
 
 
+def write_chrome(path, gpu, api_rows):
+    """The records as Chrome trace events (microseconds from the first record)."""
+    t0 = min([r["start"] for r in gpu] + [a["start"] for a in api_rows])
+    events = []
+    for r in gpu:
+        events.append({"name": r["name"], "cat": r["kind"], "ph": "X", "pid": "GPU",
+                       "tid": f"stream {r['stream']}", "ts": (r["start"] - t0) / 1e3,
+                       "dur": (r["end"] - r["start"]) / 1e3,
+                       "args": {"correlation": r["corr"], "detail": r["detail"]}})
+    for a in api_rows:
+        events.append({"name": a["name"], "cat": "driver", "ph": "X", "pid": "CPU",
+                       "tid": f"thread {a['stream']}", "ts": (a["start"] - t0) / 1e3,
+                       "dur": (a["end"] - a["start"]) / 1e3, "args": {"correlation": a["corr"]}})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
+    print(f"wrote {len(events)} events to {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
@@ -143,12 +165,15 @@ def main():
     parser.add_argument("--steps", type=int, help="steps in the traced training run")
     parser.add_argument("--step-end", help="a kernel each step ends with (e.g. adamw)")
     parser.add_argument("--skip", type=int, default=3, help="first steps left out")
+    parser.add_argument("--chrome", help="also write a Chrome trace (JSON) here")
     args = parser.parse_args()
 
     gpu, api, api_rows = load(args.trace)
     if not gpu:
         print("no GPU records")
         return
+    if args.chrome:
+        write_chrome(args.chrome, gpu, api_rows)
     if args.steps and args.step_end:
         per_step(gpu, api, args.steps, args.step_end, args.skip)
         return
