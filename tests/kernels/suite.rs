@@ -520,9 +520,6 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
     println!("{cases} delayed-scaling updates equal their tensor-op twin");
 }
 
-/// NaN of either sign, infinities, values past the format's maximum, halfway cases at the top and
-/// bottom of the range and f32 subnormals, cast with a known scale (delayed scaling's cast): the
-/// special cases where the integer encoder and the CUDA conversion instruction could part ways.
 /// NVFP4 at its rounding boundaries and on special values, bit-exact against the reference for
 /// every NVFP4 config and direction. One element is 2688 (so the global encode scale is 1) and
 /// every 1x16 row block and 16x1 column block holds a 6.0 (so its E4M3 scale is 1 and its
@@ -576,6 +573,9 @@ pub fn check_nvfp4_special_values_match_reference<B: LowpBackend>(device: &B::De
     println!("{cases} NVFP4 special-value cases bit-exact");
 }
 
+/// NaN of either sign, infinities, values past the format's maximum, halfway cases at the top and
+/// bottom of the range and f32 subnormals, cast with a known scale (delayed scaling's cast): the
+/// special cases where the integer encoder and the CUDA conversion instruction could part ways.
 pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     let specials = [
         f32::NAN,
