@@ -69,14 +69,15 @@ def segments(gpu, split_ns):
             out.append(current)
             current = []
         current.append(rec)
-        busy_end = rec["end"] if busy_end is None or not current[:-1] else max(busy_end, rec["end"])
+        busy_end = rec["end"] if len(current) == 1 else max(busy_end, rec["end"])
     if current:
         out.append(current)
     return out
 
 
 def union_and_gaps(records):
-    """Busy time (union of intervals) and the idle gaps between them: (gap_ns, prev, next)."""
+    """Busy time (union of intervals) and the idle gaps between them, each as (gap_ns, the
+    record that ended last before it, the record after it, the time the GPU went idle)."""
     busy, gaps = 0, []
     cur_start, cur_end, cur_last = None, None, None
     for rec in records:
