@@ -2,45 +2,51 @@
 //! launchers beside the kernels. Gated activations read `h [rows, 2F]` and write
 //! `act(h[:, :F]) · gate(h[:, F:])`; their backward writes both halves of `dh [rows, 2F]`.
 //!
-//! Each unit owns one column pair of a block of `ACT_BLOCK_ROWS` rows. Forward can take the amax
-//! of the stored output for the FP8 current-scaling quantizer that reads it next (which then skips
-//! its amax pass); backward can also take that amax, and the bias gradient `Σ_rows dh` as block
-//! partials summed afterwards (`partial_sums`). Arithmetic is f32; stores round to the dtype.
+//! Each unit owns one chunk of columns (8 halves or 4 f32: one 16-byte load per row and operand
+//! where the width allows, else 4 or 2 elements) of a block of `ACT_BLOCK_ROWS` rows. Forward can
+//! take the amax of the stored output for the FP8 current-scaling quantizer that reads it next
+//! (which then skips its amax pass), or take only that amax without storing (the first pass of
+//! the fused activation cast, `activation_amax`); backward can also take that amax, and the bias
+//! gradient `Σ_rows dh` as block partials summed afterwards (`partial_sums`). Arithmetic is f32;
+//! stores round to the dtype.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::{abs_bits_for_amax, ElemKind};
+use crate::codec::{abs_bits_for_amax, ElemKind, Fp8Encoder};
 use crate::launch::{filled, KernelError};
 use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::{load_pair, round_to, store_pair};
+use crate::pairs::{pair_word_by, word_pair};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::cube_max_into;
 
 pub const ACT_UNITS: usize = 256;
 /// Rows per unit (and per block of the bias-gradient partials).
 pub const ACT_BLOCK_ROWS: usize = 64;
-/// Rows a unit loads before it computes on them: a unit reads one word per row and operand, and
-/// with one row in flight at a time the kernels waited on memory latency (Nsight Compute on an
-/// H200: 203 us forward and 330 us backward at 8192 x 16384 gelu, about half the bandwidth).
+/// Rows a unit loads before it computes on them. With one 4-byte word per row and operand and
+/// one row in flight the kernels waited on memory latency (Nsight Compute on an H200: 203 us
+/// forward and 330 us backward at 8192 x 16384 gelu, about half the bandwidth); four rows of
+/// 4-byte words then ran at 69-76 % of DRAM bandwidth, issue-bound (H100). A unit now loads 16
+/// bytes per row and operand.
 const ACT_ROW_STEP: usize = 4;
 const ACT_STEPS: usize = ACT_BLOCK_ROWS / ACT_ROW_STEP;
 
-/// Rows per step of the backward kernel: gated backward keeps one (with four rows of three
-/// operands in flight it ran slower, swiglu 420 -> 568 us at 8192 x 16384 on an H200, while
-/// the others gained: gelu backward 351 -> 318 us).
+/// Rows per step of the backward kernel, which reads two or three operands per row: gated keeps
+/// one (with four rows of three operands in flight it ran slower, swiglu 420 -> 568 us at
+/// 8192 x 16384 on an H200, in 4-byte words), the others two.
 fn backward_step_rows(gated: bool) -> usize {
     if gated {
         1
     } else {
-        ACT_ROW_STEP
+        2
     }
 }
 
 /// The elementwise function of an activation (gated ones apply it to the first half).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ActFn {
-    /// `x · (0.5 + 0.5 · tanh(x · (0.79788456 + 0.03567741 · x²)))` (gelu, geglu).
+    /// `x · (0.5 + 0.5 · tanh(x · (0.79788456 + 0.03567741 · x²)))` (gelu, geglu), computed as
+    /// `x · σ(2 · x · (0.79788456 + 0.03567741 · x²))`.
     Gelu,
     /// `x · σ(alpha · x)`, alpha = 1.702 (qgelu, qgeglu).
     Qgelu,
@@ -68,6 +74,10 @@ pub struct ActivationConfig {
     pub amax: bool,
     /// Backward: write bias-gradient partials.
     pub dbias: bool,
+    /// How values are rounded to a 16-bit dtype (`pairs::pair_word_by`): the conversion
+    /// instruction where the FP8 casts use theirs (CUDA), else integer rounding; the same bits
+    /// but for NaN payloads.
+    pub encoder: Fp8Encoder,
 }
 
 /// Runtime parameters: `alpha` (qgelu, clamped_swiglu), `limit` and `offset` (clamped_swiglu).
@@ -78,18 +88,41 @@ pub struct ActivationParams {
     pub offset: f32,
 }
 
+/// `e^x` by the GPU's exponential unit where the runtime has one (CUDA: `__expf`, `ex2.approx` of
+/// `x · log2 e`, within `2 + 1.2 |x|` ulp), the library `exp` elsewhere. The library `expf`
+/// and `tanhf` and IEEE division made the activation kernels issue-bound (about 20 instructions
+/// an element in `tanhf` alone); with these two the logistic is four instructions.
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
+fn unit_exp(x: f32) -> f32 {
+    f32::exp(x)
+}
+
+/// `a / b` by the reciprocal unit where the runtime has one (CUDA: `__fdividef`, within 2 ulp;
+/// 0 for an infinite `b`, which is the limit the logistic below wants).
+#[cube(fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
+fn unit_div(a: f32, b: f32) -> f32 {
+    a / b
+}
+
+/// The logistic `1 / (1 + e^-x)`, within a few ulp of f32 for every x (relative error of the
+/// exponential passes through scaled by `e^-x / (1 + e^-x) < 1`).
 #[cube]
 fn sigmoid(x: f32) -> f32 {
-    1.0f32 / (1.0f32 + f32::exp(-x))
+    unit_div(1.0f32, 1.0f32 + unit_exp(-x))
+}
+
+/// TE's tanh-form gelu as a logistic: `0.5 + 0.5 · tanh(u) = σ(2u)` with
+/// `u = x · (0.79788456 + 0.03567741 · x²)`, the same function without `tanhf`; this is `σ(2u)`.
+#[cube]
+fn gelu_gate(x: f32) -> f32 {
+    sigmoid(x * (1.59576912f32 + 0.07135482f32 * x * x))
 }
 
 /// `act(x)`.
 #[cube]
 pub fn act_value(x: f32, alpha: f32, limit: f32, #[comptime] act: ActFn) -> f32 {
     match act {
-        ActFn::Gelu => {
-            x * (0.5f32 + 0.5f32 * f32::tanh(x * (0.79788456f32 + 0.03567741f32 * x * x)))
-        }
+        ActFn::Gelu => x * gelu_gate(x),
         ActFn::Qgelu => x * sigmoid(alpha * x),
         ActFn::Silu => x * sigmoid(x),
         ActFn::Relu => select(x > 0.0f32, x, 0.0f32),
@@ -102,14 +135,16 @@ pub fn act_value(x: f32, alpha: f32, limit: f32, #[comptime] act: ActFn) -> f32 
     }
 }
 
-/// `act'(x)` (TE's `d*` functions in `common/util/math.h`).
+/// `act'(x)` (TE's `d*` functions in `common/util/math.h`). Gelu's
+/// `0.5 x (1 - t²)(0.79788456 + 0.1070322243 x²) + 0.5 (1 + t)` with `t = tanh(u) = 2s - 1`,
+/// `s = σ(2u)`, is `s + 2 x s (1 - s) (0.79788456 + 0.1070322243 x²)`.
 #[cube]
 pub fn act_derivative(x: f32, alpha: f32, limit: f32, #[comptime] act: ActFn) -> f32 {
     match act {
         ActFn::Gelu => {
-            let t = f32::tanh(0.79788456f32 * x * (1.0f32 + 0.044715f32 * x * x));
-            0.5f32 * x * ((1.0f32 - t * t) * (0.79788456f32 + 0.1070322243f32 * x * x))
-                + 0.5f32 * (1.0f32 + t)
+            let s = gelu_gate(x);
+            let slope = 0.79788456f32 + 0.1070322243f32 * x * x;
+            s + 2.0f32 * x * s * (1.0f32 - s) * slope
         }
         ActFn::Qgelu => {
             let s = sigmoid(alpha * x);
@@ -153,79 +188,154 @@ fn gate_derivative(g: f32, limit: f32, #[comptime] clamped: bool) -> f32 {
     d
 }
 
-/// Elements `col, col + 1` of rows `row0 .. row0 + rows` of `m` (row stride `stride`) into
-/// `out[2 i], out[2 i + 1]`, rows from `end` on skipped: one step's loads, issued together.
+/// Elements of a chunk: `words` words of f32, or twice as many halves.
+fn chunk_elements(words: usize, kind: ElemKind) -> usize {
+    if kind == ElemKind::F32 {
+        words
+    } else {
+        2 * words
+    }
+}
+
+/// The widest chunk (4, 2 or 1 words) that tiles a row of `cols` elements: one 16-byte load or
+/// store per row and operand where the width allows (an even width always allows one word).
+fn chunk_words(cols: usize, kind: ElemKind) -> usize {
+    [4, 2, 1]
+        .into_iter()
+        .find(|&w| cols % chunk_elements(w, kind) == 0)
+        .unwrap_or(1)
+}
+
+/// The elements of chunk `v` into `out[offset..]`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_row_pairs(
-    m: &Array<u32>,
+fn unpack_chunk<N: Size>(
+    v: Vector<u32, N>,
     out: &mut Array<f32>,
-    row0: usize,
-    end: usize,
-    stride: usize,
-    col: usize,
-    #[comptime] rows: usize,
+    offset: usize,
+    #[comptime] words: usize,
     #[comptime] kind: ElemKind,
 ) {
     #[unroll]
-    for i in 0..rows {
-        if row0 + i < end {
-            let (a, b) = load_pair(m, (row0 + i) * stride + col, kind);
-            out[2 * i] = a;
-            out[2 * i + 1] = b;
+    for w in 0..words {
+        if comptime![kind == ElemKind::F32] {
+            out[offset + w] = f32::reinterpret(v[w]);
+        } else {
+            let (a, b) = word_pair(v[w], kind);
+            out[offset + 2 * w] = a;
+            out[offset + 2 * w + 1] = b;
         }
     }
 }
 
+/// `values[offset..]` rounded to `kind` (by `encoder`) as one chunk.
 #[cube]
-fn fold_amax(local: u32, a: f32, b: f32, #[comptime] kind: ElemKind) -> u32 {
-    let ma = abs_bits_for_amax(round_to(a, kind));
-    let mb = abs_bits_for_amax(round_to(b, kind));
-    let m = select(ma > local, ma, local);
-    select(mb > m, mb, m)
+fn pack_chunk<N: Size>(
+    values: &Array<f32>,
+    offset: usize,
+    #[comptime] words: usize,
+    #[comptime] kind: ElemKind,
+    #[comptime] encoder: Fp8Encoder,
+) -> Vector<u32, N> {
+    let mut packed = Vector::<u32, N>::empty();
+    #[unroll]
+    for w in 0..words {
+        if comptime![kind == ElemKind::F32] {
+            packed[w] = u32::reinterpret(values[offset + w]);
+        } else {
+            let (a, b) = (values[offset + 2 * w], values[offset + 2 * w + 1]);
+            packed[w] = pair_word_by(a, b, kind, encoder);
+        }
+    }
+    packed
 }
 
-/// `out [rows, F] = act(h[:, :F]) (· gate(h[:, F:]))`; `F = cols` of the output.
+/// The values a store of `packed` keeps, back into `values[offset..]` (what the amax and the
+/// bias gradient fold), and their amax folded into `local`.
+#[cube]
+fn stored_values<N: Size>(
+    packed: Vector<u32, N>,
+    values: &mut Array<f32>,
+    offset: usize,
+    local: u32,
+    #[comptime] words: usize,
+    #[comptime] kind: ElemKind,
+) -> u32 {
+    unpack_chunk::<N>(packed, values, offset, words, kind);
+    let mut m = local;
+    #[unroll]
+    for j in 0..comptime![chunk_elements(words, kind)] {
+        m = max(m, abs_bits_for_amax(values[offset + j]));
+    }
+    m
+}
+
+/// `out [rows, F] = act(h[:, :F]) (· gate(h[:, F:]))`; `F = chunks` chunks of `words` words.
+/// Without `store` only the amax of what would be stored is taken: the first pass of FP8
+/// current scaling's fused activation cast.
 #[cube(launch_unchecked)]
-pub fn activation_forward_kernel(
-    h: &Array<u32>,
-    out: &mut Array<u32>,
+#[allow(clippy::too_many_arguments)]
+pub fn activation_forward_kernel<N: Size>(
+    h: &Array<Vector<u32, N>>,
+    out: &mut Array<Vector<u32, N>>,
     amax_out: &mut Array<Atomic<u32>>,
     rows: usize,
-    cols: usize,
+    chunks: usize,
     alpha: f32,
     limit: f32,
     offset: f32,
     #[comptime] config: ActivationConfig,
+    #[comptime] words: usize,
+    #[comptime] store: bool,
 ) {
     let mut maxima = SharedMemory::<u32>::new(ACT_UNITS);
-    let col = 2 * (CUBE_POS_X as usize * ACT_UNITS + UNIT_POS as usize);
+    let per_chunk = comptime![chunk_elements(words, config.kind)];
+    let chunk = CUBE_POS_X as usize * ACT_UNITS + UNIT_POS as usize;
     let first = CUBE_POS_Y as usize * ACT_BLOCK_ROWS;
     let end = select(first + ACT_BLOCK_ROWS < rows, first + ACT_BLOCK_ROWS, rows);
-    let h_cols = if comptime![config.gated] { 2 * cols } else { cols };
+    let h_chunks = if comptime![config.gated] { 2 * chunks } else { chunks };
     let mut local_amax = 0u32;
-    if col < cols {
-        let mut x = Array::<f32>::new(2 * ACT_ROW_STEP);
-        let mut g = Array::<f32>::new(2 * ACT_ROW_STEP);
+    if chunk < chunks {
+        let mut x = Array::<f32>::new(comptime![ACT_ROW_STEP * per_chunk]);
+        let mut g = Array::<f32>::new(comptime![ACT_ROW_STEP * per_chunk]);
         for step in 0..ACT_STEPS {
             let row0 = first + step * ACT_ROW_STEP;
-            load_row_pairs(h, &mut x, row0, end, h_cols, col, ACT_ROW_STEP, config.kind);
-            if comptime![config.gated] {
-                load_row_pairs(h, &mut g, row0, end, h_cols, cols + col, ACT_ROW_STEP, config.kind);
+            // The step's loads first, so that they are in flight together.
+            #[unroll]
+            for i in 0..ACT_ROW_STEP {
+                if row0 + i < end {
+                    let at = (row0 + i) * h_chunks + chunk;
+                    unpack_chunk::<N>(h[at], &mut x, i * per_chunk, words, config.kind);
+                    if comptime![config.gated] {
+                        unpack_chunk::<N>(h[at + chunks], &mut g, i * per_chunk, words, config.kind);
+                    }
+                }
             }
             #[unroll]
             for i in 0..ACT_ROW_STEP {
                 let row = row0 + i;
                 if row < end {
-                    let mut ya = act_value(x[2 * i], alpha, limit, config.act);
-                    let mut yb = act_value(x[2 * i + 1], alpha, limit, config.act);
-                    if comptime![config.gated] {
-                        ya *= gate_value(g[2 * i], limit, offset, config.clamped_gate);
-                        yb *= gate_value(g[2 * i + 1], limit, offset, config.clamped_gate);
+                    #[unroll]
+                    for j in 0..per_chunk {
+                        let k = i * per_chunk + j;
+                        let mut y = act_value(x[k], alpha, limit, config.act);
+                        if comptime![config.gated] {
+                            y *= gate_value(g[k], limit, offset, config.clamped_gate);
+                        }
+                        x[k] = y;
                     }
-                    store_pair(out, row * cols + col, ya, yb, config.kind);
+                    let packed = pack_chunk::<N>(&x, i * per_chunk, words, config.kind, config.encoder);
+                    if comptime![store] {
+                        out[row * chunks + chunk] = packed;
+                    }
                     if comptime![config.amax] {
-                        local_amax = fold_amax(local_amax, ya, yb, config.kind);
+                        local_amax = stored_values::<N>(
+                            packed,
+                            &mut x,
+                            i * per_chunk,
+                            local_amax,
+                            words,
+                            config.kind,
+                        );
                     }
                 }
             }
@@ -236,94 +346,110 @@ pub fn activation_forward_kernel(
     }
 }
 
-/// `dh [rows, F']` from `dy [rows, F]` and `h [rows, F']` (`F' = 2F` when gated):
-/// `dh = dy · act'(h)`, or for gated `dh[:, :F] = dy · gate · act'(x)`, `dh[:, F:] = dy · act(x) · gate'`.
+/// `dh [rows, F']` from `dy [rows, F]` and `h [rows, F']` (`F' = 2F` when gated; `F = chunks`
+/// chunks of `words` words): `dh = dy · act'(h)`, or for gated `dh[:, :F] = dy · gate · act'(x)`,
+/// `dh[:, F:] = dy · act(x) · gate'`.
 #[cube(launch_unchecked)]
-pub fn activation_backward_kernel(
-    dy: &Array<u32>,
-    h: &Array<u32>,
-    dh: &mut Array<u32>,
+#[allow(clippy::too_many_arguments)]
+pub fn activation_backward_kernel<N: Size>(
+    dy: &Array<Vector<u32, N>>,
+    h: &Array<Vector<u32, N>>,
+    dh: &mut Array<Vector<u32, N>>,
     amax_out: &mut Array<Atomic<u32>>,
     dbias: &mut Array<f32>,
     rows: usize,
-    cols: usize,
+    chunks: usize,
     alpha: f32,
     limit: f32,
     offset: f32,
     #[comptime] config: ActivationConfig,
+    #[comptime] words: usize,
 ) {
     let mut maxima = SharedMemory::<u32>::new(ACT_UNITS);
-    let col = 2 * (CUBE_POS_X as usize * ACT_UNITS + UNIT_POS as usize);
+    let per_chunk = comptime![chunk_elements(words, config.kind)];
+    let chunk = CUBE_POS_X as usize * ACT_UNITS + UNIT_POS as usize;
     let block = CUBE_POS_Y as usize;
     let first = block * ACT_BLOCK_ROWS;
     let end = select(first + ACT_BLOCK_ROWS < rows, first + ACT_BLOCK_ROWS, rows);
-    let h_cols = if comptime![config.gated] { 2 * cols } else { cols };
+    let h_chunks = if comptime![config.gated] { 2 * chunks } else { chunks };
     let mut local_amax = 0u32;
-    if col < cols {
-        let mut sa = 0.0f32;
-        let mut sb = 0.0f32;
-        let mut sga = 0.0f32;
-        let mut sgb = 0.0f32;
+    if chunk < chunks {
+        // Bias-gradient sums of the unit's columns (first half, and gate half when gated).
+        let mut sums = Array::<f32>::new(comptime![2 * per_chunk]);
+        #[unroll]
+        for j in 0..comptime![2 * per_chunk] {
+            sums[j] = 0.0f32;
+        }
         let step_rows = comptime![backward_step_rows(config.gated)];
-        let mut d = Array::<f32>::new(comptime![2 * step_rows]);
-        let mut x = Array::<f32>::new(comptime![2 * step_rows]);
-        let mut g = Array::<f32>::new(comptime![2 * step_rows]);
+        let mut d = Array::<f32>::new(comptime![step_rows * per_chunk]);
+        let mut x = Array::<f32>::new(comptime![step_rows * per_chunk]);
+        let mut g = Array::<f32>::new(comptime![step_rows * per_chunk]);
+        let mut dg = Array::<f32>::new(per_chunk);
         for step in 0..comptime![ACT_BLOCK_ROWS / step_rows] {
             let row0 = first + step * step_rows;
-            load_row_pairs(dy, &mut d, row0, end, cols, col, step_rows, config.kind);
-            load_row_pairs(h, &mut x, row0, end, h_cols, col, step_rows, config.kind);
-            if comptime![config.gated] {
-                load_row_pairs(h, &mut g, row0, end, h_cols, cols + col, step_rows, config.kind);
+            #[unroll]
+            for i in 0..step_rows {
+                if row0 + i < end {
+                    let at = (row0 + i) * h_chunks + chunk;
+                    let o = i * per_chunk;
+                    unpack_chunk::<N>(dy[(row0 + i) * chunks + chunk], &mut d, o, words, config.kind);
+                    unpack_chunk::<N>(h[at], &mut x, o, words, config.kind);
+                    if comptime![config.gated] {
+                        unpack_chunk::<N>(h[at + chunks], &mut g, o, words, config.kind);
+                    }
+                }
             }
             #[unroll]
             for i in 0..step_rows {
                 let row = row0 + i;
                 if row < end {
-                    let (da, db) = (d[2 * i], d[2 * i + 1]);
-                    let (xa, xb) = (x[2 * i], x[2 * i + 1]);
+                    let o = i * per_chunk;
+                    #[unroll]
+                    for j in 0..per_chunk {
+                        let k = o + j;
+                        if comptime![config.gated] {
+                            let gate = g[k];
+                            dg[j] = d[k]
+                                * act_value(x[k], alpha, limit, config.act)
+                                * gate_derivative(gate, limit, config.clamped_gate);
+                            x[k] = d[k]
+                                * gate_value(gate, limit, offset, config.clamped_gate)
+                                * act_derivative(x[k], alpha, limit, config.act);
+                        } else {
+                            x[k] = d[k] * act_derivative(x[k], alpha, limit, config.act);
+                        }
+                    }
+                    let at = row * h_chunks + chunk;
+                    let packed = pack_chunk::<N>(&x, o, words, config.kind, config.encoder);
+                    dh[at] = packed;
+                    local_amax = stored_values::<N>(packed, &mut x, o, local_amax, words, config.kind);
                     if comptime![config.gated] {
-                        let (ga, gb) = (g[2 * i], g[2 * i + 1]);
-                        let dxa = da * gate_value(ga, limit, offset, config.clamped_gate)
-                            * act_derivative(xa, alpha, limit, config.act);
-                        let dxb = db * gate_value(gb, limit, offset, config.clamped_gate)
-                            * act_derivative(xb, alpha, limit, config.act);
-                        let dga = da * act_value(xa, alpha, limit, config.act)
-                            * gate_derivative(ga, limit, config.clamped_gate);
-                        let dgb = db * act_value(xb, alpha, limit, config.act)
-                            * gate_derivative(gb, limit, config.clamped_gate);
-                        store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
-                        store_pair(dh, row * h_cols + cols + col, dga, dgb, config.kind);
-                        if comptime![config.amax] {
-                            local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
-                            local_amax = fold_amax(local_amax, dga, dgb, config.kind);
-                        }
-                        if comptime![config.dbias] {
-                            sga += round_to(dga, config.kind);
-                            sgb += round_to(dgb, config.kind);
-                            sa += round_to(dxa, config.kind);
-                            sb += round_to(dxb, config.kind);
-                        }
-                    } else {
-                        let dxa = da * act_derivative(xa, alpha, limit, config.act);
-                        let dxb = db * act_derivative(xb, alpha, limit, config.act);
-                        store_pair(dh, row * h_cols + col, dxa, dxb, config.kind);
-                        if comptime![config.amax] {
-                            local_amax = fold_amax(local_amax, dxa, dxb, config.kind);
-                        }
-                        if comptime![config.dbias] {
-                            sa += round_to(dxa, config.kind);
-                            sb += round_to(dxb, config.kind);
+                        let packed_g = pack_chunk::<N>(&dg, 0usize, words, config.kind, config.encoder);
+                        dh[at + chunks] = packed_g;
+                        local_amax =
+                            stored_values::<N>(packed_g, &mut dg, 0usize, local_amax, words, config.kind);
+                    }
+                    if comptime![config.dbias] {
+                        #[unroll]
+                        for j in 0..per_chunk {
+                            sums[j] += x[o + j];
+                            if comptime![config.gated] {
+                                sums[per_chunk + j] += dg[j];
+                            }
                         }
                     }
                 }
             }
         }
         if comptime![config.dbias] {
-            dbias[block * h_cols + col] = sa;
-            dbias[block * h_cols + col + 1] = sb;
-            if comptime![config.gated] {
-                dbias[block * h_cols + cols + col] = sga;
-                dbias[block * h_cols + cols + col + 1] = sgb;
+            let h_cols = h_chunks * per_chunk;
+            let col = chunk * per_chunk;
+            #[unroll]
+            for j in 0..per_chunk {
+                dbias[block * h_cols + col + j] = sums[j];
+                if comptime![config.gated] {
+                    dbias[block * h_cols + chunks * per_chunk + col + j] = sums[per_chunk + j];
+                }
             }
         }
     }
@@ -332,9 +458,9 @@ pub fn activation_backward_kernel(
     }
 }
 
-fn act_grid(rows: usize, cols: usize) -> CubeCount {
+fn act_grid(rows: usize, chunks: usize) -> CubeCount {
     CubeCount::Static(
-        (cols / 2).div_ceil(ACT_UNITS) as u32,
+        chunks.div_ceil(ACT_UNITS) as u32,
         rows.div_ceil(ACT_BLOCK_ROWS) as u32,
         1,
     )
@@ -353,6 +479,41 @@ fn require_width(h: &WordMatrix, gated: bool) -> Result<usize, KernelError> {
     Ok(cols)
 }
 
+/// Launches the forward kernel over `h`; `out` is written when `store`.
+fn launch_forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: &WordMatrix,
+    cols: usize,
+    out: &Handle,
+    amax: &Handle,
+    params: ActivationParams,
+    config: ActivationConfig,
+    store: bool,
+) {
+    let words = chunk_words(cols, h.kind);
+    let chunks = cols / chunk_elements(words, h.kind);
+    let out_words = h.rows * cols * h.kind.bytes() / 4;
+    unsafe {
+        activation_forward_kernel::launch_unchecked::<R>(
+            client,
+            act_grid(h.rows, chunks),
+            CubeDim::new_1d(ACT_UNITS as u32),
+            words,
+            h.arg(),
+            arg(out, if store { out_words } else { words }),
+            arg(amax, 1),
+            h.rows,
+            chunks,
+            params.alpha,
+            params.limit,
+            params.offset,
+            config,
+            words,
+            store,
+        )
+    };
+}
+
 /// The activation's output `[rows, F]` in h's dtype, and its amax when `config.amax`.
 pub fn activation_forward<R: Runtime>(
     client: &ComputeClient<R>,
@@ -362,31 +523,27 @@ pub fn activation_forward<R: Runtime>(
 ) -> Result<(Handle, Option<Handle>), KernelError> {
     require_pairs(&h, "activation input")?;
     let cols = require_width(&h, config.gated)?;
-    let out_matrix = WordMatrix {
-        handle: h.handle,
-        rows: h.rows,
-        cols,
-        kind: h.kind,
-    };
-    let out = client.empty(out_matrix.bytes());
+    let out = client.empty(h.rows * cols * h.kind.bytes());
     let amax = filled(client, 1, 0);
-    unsafe {
-        activation_forward_kernel::launch_unchecked::<R>(
-            client,
-            act_grid(h.rows, cols),
-            CubeDim::new_1d(ACT_UNITS as u32),
-            h.arg(),
-            arg(&out, out_matrix.words()),
-            arg(&amax, 1),
-            h.rows,
-            cols,
-            params.alpha,
-            params.limit,
-            params.offset,
-            config,
-        )
-    };
+    launch_forward(client, &h, cols, &out, &amax, params, config, true);
     Ok((out, config.amax.then_some(amax)))
+}
+
+/// The amax (f32 bits) of what `activation_forward` would store, without storing it: the first
+/// of FP8 current scaling's two passes over `h` when the cast applies the activation itself.
+pub fn activation_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: WordMatrix,
+    params: ActivationParams,
+    config: ActivationConfig,
+) -> Result<Handle, KernelError> {
+    require_pairs(&h, "activation input")?;
+    let cols = require_width(&h, config.gated)?;
+    let amax = filled(client, 1, 0);
+    let unused = client.empty(16);
+    let config = ActivationConfig { amax: true, ..config };
+    launch_forward(client, &h, cols, &unused, &amax, params, config, false);
+    Ok(amax)
 }
 
 /// What the activation backward writes.
@@ -423,22 +580,26 @@ pub fn activation_backward<R: Runtime>(
     } else {
         client.empty(16)
     };
+    let words = chunk_words(dy.cols, dy.kind);
+    let chunks = dy.cols / chunk_elements(words, dy.kind);
     unsafe {
         activation_backward_kernel::launch_unchecked::<R>(
             client,
-            act_grid(dy.rows, dy.cols),
+            act_grid(dy.rows, chunks),
             CubeDim::new_1d(ACT_UNITS as u32),
+            words,
             dy.arg(),
             h_matrix.arg(),
             arg(&dh, h_matrix.words()),
             arg(&amax, 1),
             arg(&partials, if config.dbias { blocks * h_cols } else { 4 }),
             dy.rows,
-            dy.cols,
+            chunks,
             params.alpha,
             params.limit,
             params.offset,
             config,
+            words,
         )
     };
     let dbias = config

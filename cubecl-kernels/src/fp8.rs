@@ -20,7 +20,7 @@
 
 use crate::activation::{act_value, gate_value, ActFn};
 use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
-use crate::pairs::round_to;
+use crate::pairs::round_to_by;
 use crate::group_layout::group_of_row;
 use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
@@ -185,6 +185,7 @@ pub fn fp8_cast_kernel<N: Size>(
                 offset,
                 comptime![config.prologue.unwrap()],
                 config.kind,
+                config.encoder,
             );
         }
         let mut codes = Array::<u32>::new(32usize);
@@ -258,7 +259,7 @@ pub fn fp8_cast_kernel<N: Size>(
 
 /// The 4 x 8 values of a unit (rows `row0..+4`, columns `col0..+8` of the output) from `h`:
 /// `act(h)`, times `gate(h[:, F + col])` when gated, rounded to `kind` as the activation kernel
-/// stores them.
+/// stores them (by the same `encoder`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn activated_chunks<N: Size>(
@@ -272,6 +273,7 @@ fn activated_chunks<N: Size>(
     offset: f32,
     #[comptime] prologue: Fp8Prologue,
     #[comptime] kind: ElemKind,
+    #[comptime] encoder: Fp8Encoder,
 ) {
     let h_cols = if comptime![prologue.gated] { 2 * cols } else { cols };
     let mut gates = Array::<f32>::new(8usize);
@@ -287,7 +289,7 @@ fn activated_chunks<N: Size>(
             if comptime![prologue.gated] {
                 y *= gate_value(gates[j], limit, offset, prologue.clamped_gate);
             }
-            values[i * 8 + j] = round_to(y, kind);
+            values[i * 8 + j] = round_to_by(y, kind, encoder);
         }
     }
 }

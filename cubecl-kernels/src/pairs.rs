@@ -3,8 +3,9 @@
 //! words of f32, so one kernel serves every dtype on every runtime (wgpu has no bf16 type) and
 //! 16-bit stores are whole words. Stores round to nearest-even, as a cast to the dtype does.
 
-use crate::codec::{f16_bits_to_f32, shift_right_rne, ElemKind};
+use crate::codec::{f16_bits_to_f32, shift_right_rne, ElemKind, Fp8Encoder};
 use cubecl::prelude::*;
+use half::{bf16, f16};
 
 /// Elements `index` and `index + 1` (`index` even) of the raw words.
 #[cube]
@@ -14,17 +15,28 @@ pub fn load_pair(input: &Array<u32>, index: usize, #[comptime] kind: ElemKind) -
             f32::reinterpret(input[index]),
             f32::reinterpret(input[index + 1]),
         ),
-        ElemKind::BF16 => {
-            let w = input[index / 2];
-            (
-                f32::reinterpret(w << 16u32),
-                f32::reinterpret(w & 0xFFFF_0000u32),
-            )
-        }
-        ElemKind::F16 => {
-            let w = input[index / 2];
-            (f16_bits_to_f32(w & 0xFFFFu32), f16_bits_to_f32(w >> 16u32))
-        }
+        _ => word_pair(input[index / 2], kind),
+    }
+}
+
+/// The two elements of a word of a 16-bit kind (low half first).
+#[cube]
+pub fn word_pair(w: u32, #[comptime] kind: ElemKind) -> (f32, f32) {
+    match kind {
+        ElemKind::F16 => (f16_bits_to_f32(w & 0xFFFFu32), f16_bits_to_f32(w >> 16u32)),
+        _ => (
+            f32::reinterpret(w << 16u32),
+            f32::reinterpret(w & 0xFFFF_0000u32),
+        ),
+    }
+}
+
+/// The word of a 16-bit kind holding `a` (low half) and `b`, each rounded to nearest-even.
+#[cube]
+pub fn pair_word(a: f32, b: f32, #[comptime] kind: ElemKind) -> u32 {
+    match kind {
+        ElemKind::F16 => f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16u32),
+        _ => f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16u32),
     }
 }
 
@@ -75,6 +87,43 @@ pub fn round_to(x: f32, #[comptime] kind: ElemKind) -> f32 {
     }
 }
 
+/// bf16 / f16 bits of `x` by the runtime's conversion instruction (CUDA: `cvt.rn.bf16.f32`,
+/// `cvt.rn.f16.f32`): the same bits as `f32_to_bf16_bits` / `f32_to_f16_bits` for every value but
+/// NaN, which becomes the instruction's canonical NaN. One instruction where the integer rounding
+/// takes seven integer operations, which bound the activation kernels on the INT pipe (half the
+/// FP32 rate on Hopper).
+#[cube]
+fn half_bits_by_instruction(x: f32, #[comptime] kind: ElemKind) -> u32 {
+    match kind {
+        ElemKind::F16 => u32::cast_from(u16::reinterpret(f16::cast_from(x))),
+        _ => u32::cast_from(u16::reinterpret(bf16::cast_from(x))),
+    }
+}
+
+/// `pair_word`, rounding by `encoder`: the conversion instruction where the launcher found one
+/// (`Fp8Encoder::Instruction`, CUDA), else the integer rounding.
+#[cube]
+pub fn pair_word_by(a: f32, b: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> u32 {
+    if comptime![encoder == Fp8Encoder::Instruction] {
+        half_bits_by_instruction(a, kind) | (half_bits_by_instruction(b, kind) << 16u32)
+    } else {
+        pair_word(a, b, kind)
+    }
+}
+
+/// `round_to`, rounding by `encoder` as `pair_word_by`.
+#[cube]
+pub fn round_to_by(x: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> f32 {
+    if comptime![encoder == Fp8Encoder::Instruction && kind != ElemKind::F32] {
+        match kind {
+            ElemKind::F16 => f32::cast_from(f16::cast_from(x)),
+            _ => f32::cast_from(bf16::cast_from(x)),
+        }
+    } else {
+        round_to(x, kind)
+    }
+}
+
 /// Stores `a`, `b` as elements `index`, `index + 1` (`index` even), rounded to `kind`.
 #[cube]
 pub fn store_pair(
@@ -89,11 +138,8 @@ pub fn store_pair(
             output[index] = u32::reinterpret(a);
             output[index + 1] = u32::reinterpret(b);
         }
-        ElemKind::BF16 => {
-            output[index / 2] = f32_to_bf16_bits(a) | (f32_to_bf16_bits(b) << 16u32);
-        }
-        ElemKind::F16 => {
-            output[index / 2] = f32_to_f16_bits(a) | (f32_to_f16_bits(b) << 16u32);
+        _ => {
+            output[index / 2] = pair_word(a, b, kind);
         }
     }
 }

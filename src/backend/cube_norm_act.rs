@@ -7,6 +7,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn::tensor::ops::FloatTensorOps;
 use burn_cubecl::{CubeBackend, CubeRuntime};
 use burn_lowp_kernels as kernels;
+use kernels::cubecl::prelude::ComputeClient;
 use kernels::activation::ActivationConfig;
 use kernels::norm::{NormConfig, WordMatrix};
 
@@ -159,7 +160,8 @@ pub(super) fn norm_backward<R: CubeRuntime>(
     })
 }
 
-fn activation_config(
+fn activation_config<R: CubeRuntime>(
+    client: &ComputeClient<R>,
     spec: &ActivationSpec,
     kind: kernels::ElemKind,
     amax: bool,
@@ -172,6 +174,7 @@ fn activation_config(
         clamped_gate: spec.activation == crate::ops::activation::Activation::ClampedSwiglu,
         amax,
         dbias,
+        encoder: kernels::fp8_encoder(client),
     }
 }
 
@@ -193,7 +196,7 @@ pub(super) fn activation_forward<R: CubeRuntime>(
             kind,
         },
         spec.kernel_params(),
-        activation_config(spec, kind, want_amax, false),
+        activation_config(&client, spec, kind, want_amax, false),
     )
     .map_err(kernel_error("activation input"))?;
     let out_cols = if spec.activation.is_gated() { cols / 2 } else { cols };
@@ -235,7 +238,7 @@ pub(super) fn activation_backward<R: CubeRuntime>(
         },
         &h.handle,
         spec.kernel_params(),
-        activation_config(spec, kind, want_amax, want_dbias),
+        activation_config(&client, spec, kind, want_amax, want_dbias),
     )
     .map_err(kernel_error("activation grad_output"))?;
     Ok(ActivationOutput {
