@@ -26,6 +26,7 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::{LowpBackend, NormSpec};
+use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, Usage};
 use burn_lowp::nn::LayerNormMlpConfig;
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
@@ -71,6 +72,7 @@ fn main() {
         )
         .expect("norm");
         let (mean, rstd) = (fwd.mean.clone(), fwd.rstd.clone());
+        let current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
         let passes: Vec<(&str, usize, Box<dyn Fn()>)> = vec![
             (
                 "norm_forward",
@@ -92,6 +94,35 @@ fn main() {
                 Box::new(|| {
                     B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
                         .expect("activation");
+                }),
+            ),
+            (
+                // fc2's input under current scaling, both directions, as the module makes it: an
+                // amax pass over the activation and the cast applying it (bytes: h read once,
+                // the codes written)...
+                "activation_cast_current",
+                2 * tokens * width + 2 * tokens * ffn,
+                Box::new(|| {
+                    B::lowp_activation_quantize_fp8_current(
+                        h.clone().into_primitive().tensor(),
+                        &spec,
+                        &current,
+                        Usage::BOTH,
+                    )
+                    .expect("fused activation cast")
+                    .expect("CUDA fuses the activation cast");
+                }),
+            ),
+            (
+                // ... and the unfused pair it replaced: the activation stored with its amax, then
+                // the cast from that amax.
+                "activation_then_cast_current",
+                2 * tokens * width + 2 * tokens * ffn,
+                Box::new(|| {
+                    let act = B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
+                        .expect("activation");
+                    B::quantize_fp8_current_with_amax(act.y, &current, &act.amax.expect("fused amax"), Usage::BOTH)
+                        .expect("cast");
                 }),
             ),
             (

@@ -14,7 +14,8 @@ use crate::dequantize::{
     dequantize_nvfp4_kernel,
 };
 use crate::flags;
-use crate::activation::ActivationParams;
+use crate::activation::{activation_amax, ActivationConfig, ActivationParams};
+use crate::norm::WordMatrix;
 use crate::fp8::{
     fp8_cast_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS,
 };
@@ -530,6 +531,51 @@ pub fn quantize_fp8_tensor_activated<R: Runtime>(
 ) -> Result<QuantizeOutput, KernelError> {
     let scaling = TensorScaling::Delayed { scale, history };
     fp8_cast(client, h, fp8, scaling, directions, None, false, None, Some(activation))
+}
+
+/// FP8 current scaling of a LayerNormMLP's fc2 input straight from fc1's output `h [rows, F']`:
+/// the amax of the activation (`activation_amax`, a pass over `h` that stores nothing), then the
+/// cast with the activation as its prologue. The codes, scale and amax of `activation_forward`
+/// (with its amax) followed by `quantize_fp8_tensor` from that amax, bit for bit, without the
+/// activation's output in memory: `h` is read twice and the activation computed twice, where
+/// the unfused pair reads `h`, writes the output and reads it back.
+pub fn quantize_fp8_tensor_activated_current<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: InputMatrix,
+    activation: (Fp8Prologue, ActivationParams),
+    rule: ScaleRule,
+    directions: Directions,
+) -> Result<QuantizeOutput, KernelError> {
+    let (prologue, params) = activation;
+    // The cast's own checks, before the amax pass runs.
+    require(
+        !prologue.gated || h.cols % 2 == 0,
+        format!("activation input [{}, {}]", h.rows, h.cols),
+        "a gated activation's input holds two halves of one width",
+    )?;
+    let seen = InputMatrix {
+        cols: if prologue.gated { h.cols / 2 } else { h.cols },
+        ..h
+    };
+    seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    let config = ActivationConfig {
+        kind: h.kind,
+        act: prologue.act,
+        gated: prologue.gated,
+        clamped_gate: prologue.clamped_gate,
+        amax: true,
+        dbias: false,
+        encoder: fp8_encoder(client),
+    };
+    let matrix = WordMatrix {
+        handle: h.handle,
+        rows: h.rows,
+        cols: h.cols,
+        kind: h.kind,
+    };
+    let amax = activation_amax(client, matrix, params, config)?;
+    let scaling = TensorScaling::CurrentFromAmax { rule, amax: &amax };
+    fp8_cast(client, h, rule.fp8, scaling, directions, None, false, None, Some(activation))
 }
 
 /// The FP8 per-tensor cast behind the public launchers: `x` read through `gather`, or with

@@ -497,6 +497,58 @@ fn host_read_later<R: CubeRuntime>(
 /// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
 /// producer), FP8 current scaling skips its amax pass (`quantize_fp8_current_with_amax`); other
 /// formats have no use for it.
+/// The FP8 per-tensor cast of `act(h)` by `cast` (one of the activated-cast launchers), with the
+/// checks they share: a gated input of even width, an output FP8 can block.
+fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
+    h: CubeTensor<R>,
+    spec: &crate::ops::activation::ActivationSpec,
+    fp8: Fp8Format,
+    usage: Usage,
+    cast: impl FnOnce(
+        &ComputeClient<R>,
+        InputMatrix,
+        (kernels::fp8::Fp8Prologue, kernels::activation::ActivationParams),
+        Directions,
+    ) -> std::result::Result<kernels::QuantizeOutput, kernels::KernelError>,
+) -> Result<Option<QuantizedTensor<B>>> {
+    let (rows, h_cols) = matrix_dims(&h.shape().as_slice());
+    let gated = spec.activation.is_gated();
+    if gated && h_cols % 2 != 0 {
+        return Err(LowpError::shape(
+            "activation input",
+            format!("[{rows}, {h_cols}]"),
+            format!("{} takes two halves of one width", spec.activation),
+        ));
+    }
+    let cols = if gated { h_cols / 2 } else { h_cols };
+    let format = QuantFormat::Fp8Tensor { fp8 };
+    check_shape("activation output", rows, cols, &format)?;
+    let kind = elem_kind(h.dtype, "activation input")?;
+    let h = prepare(h);
+    let client = h.client.clone();
+    let device = h.device.clone();
+    let input = InputMatrix {
+        handle: &h.handle,
+        rows,
+        cols: h_cols,
+        kind,
+    };
+    let prologue = (
+        kernels::fp8::Fp8Prologue {
+            act: spec.activation.function(),
+            gated,
+            clamped_gate: spec.activation == crate::ops::Activation::ClampedSwiglu,
+        },
+        spec.kernel_params(),
+    );
+    let directions = Directions {
+        rowwise: usage.rowwise,
+        columnwise: usage.columnwise,
+    };
+    let out = cast(&client, input, prologue, directions).map_err(kernel_error("activation input"))?;
+    Ok(Some(wrap(&client, &device, out, format, (rows, cols), false, 1)))
+}
+
 fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     x: CubeTensor<R>,
     config: &FormatConfig,
@@ -1669,53 +1721,36 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         usage: Usage,
         record: Option<super::AmaxHistoryColumns<Self>>,
     ) -> Result<Option<QuantizedTensor<Self>>> {
-        let (rows, h_cols) = matrix_dims(&h.shape().as_slice());
-        let gated = spec.activation.is_gated();
-        if gated && h_cols % 2 != 0 {
-            return Err(LowpError::shape(
-                "activation input",
-                format!("[{rows}, {h_cols}]"),
-                format!("{} takes two halves of one width", spec.activation),
-            ));
-        }
-        let cols = if gated { h_cols / 2 } else { h_cols };
-        let format = QuantFormat::Fp8Tensor { fp8 };
-        check_shape("activation output", rows, cols, &format)?;
         let history = history_row(record, 1)?;
         let scale = StateTarget::scales(scale, 1)?;
-        let kind = elem_kind(h.dtype, "activation input")?;
-        let h = prepare(h);
-        let client = h.client.clone();
-        let device = h.device.clone();
-        let input = InputMatrix {
-            handle: &h.handle,
-            rows,
-            cols: h_cols,
-            kind,
+        activated_fp8_cast::<R, Self>(h, spec, fp8, usage, |client, input, prologue, directions| {
+            kernels::quantize_fp8_tensor_activated(
+                client,
+                input,
+                prologue,
+                fp8_kind(fp8),
+                scale.kernel_arg(),
+                history.as_ref().map(|h| h.kernel_arg()),
+                directions,
+            )
+        })
+    }
+
+    /// An amax pass over the activation and the FP8 cast with the activation as its prologue
+    /// (`kernels::quantize_fp8_tensor_activated_current`).
+    fn lowp_activation_quantize_fp8_current(
+        h: FloatTensor<Self>,
+        spec: &crate::ops::activation::ActivationSpec,
+        config: &FormatConfig,
+        usage: Usage,
+    ) -> Result<Option<QuantizedTensor<Self>>> {
+        let FormatConfig::Fp8Current(c) = config else {
+            return Ok(None);
         };
-        let prologue = (
-            kernels::fp8::Fp8Prologue {
-                act: spec.activation.function(),
-                gated,
-                clamped_gate: spec.activation == crate::ops::Activation::ClampedSwiglu,
-            },
-            spec.kernel_params(),
-        );
-        let directions = Directions {
-            rowwise: usage.rowwise,
-            columnwise: usage.columnwise,
-        };
-        let out = kernels::quantize_fp8_tensor_activated(
-            &client,
-            input,
-            prologue,
-            fp8_kind(fp8),
-            scale.kernel_arg(),
-            history.as_ref().map(|h| h.kernel_arg()),
-            directions,
-        )
-        .map_err(kernel_error("activation input"))?;
-        Ok(Some(wrap(&client, &device, out, format, (rows, cols), false, 1)))
+        let rule = current_scaling_rule(c);
+        activated_fp8_cast::<R, Self>(h, spec, c.fp8, usage, |client, input, prologue, directions| {
+            kernels::quantize_fp8_tensor_activated_current(client, input, prologue, rule, directions)
+        })
     }
 
     fn lowp_rope(

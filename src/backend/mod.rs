@@ -485,6 +485,21 @@ pub trait LowpBackend: Backend {
         Ok(None)
     }
 
+    /// A LayerNormMLP's fc2 input under FP8 current scaling (`config`, a
+    /// `FormatConfig::Fp8Current`) without the activation's output in memory, where the backend
+    /// fuses it: an amax pass over the activation of `h`, then the cast applying the activation
+    /// itself; bit for bit `lowp_activation_forward` (with its amax) followed by
+    /// `quantize_fp8_current_with_amax`. `None` where the backend has no such kernels: the caller
+    /// runs the two. The default has none.
+    fn lowp_activation_quantize_fp8_current(
+        _h: FloatTensor<Self>,
+        _spec: &crate::ops::activation::ActivationSpec,
+        _config: &FormatConfig,
+        _usage: Usage,
+    ) -> Result<Option<QuantizedTensor<Self>>> {
+        Ok(None)
+    }
+
     /// A Linear's bias gradient `Σ_rows dy` of `dy [rows, cols]` (`[cols]`, in dy's dtype or
     /// f32; the caller casts it to the bias's dtype) and, where fused, `max |dy|` from the same
     /// read (f32 bits), which FP8 current scaling of dY then uses instead of its own amax pass

@@ -149,35 +149,50 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
 }
 
 impl<Q: LowpBackend> OperandQuantizer<Q> {
-    /// The activation of `h` (`spec`) quantized by this quantizer in one pass, where the backend
-    /// fuses the activation into its FP8 cast with a known scale
-    /// (`LowpBackend::lowp_activation_quantize_fp8_with_scale`): delayed scaling. `None`
-    /// otherwise, and the caller runs the activation and then this quantizer (the same codes).
-    /// Current scaling stays with the two passes: a fused form needs the activation's amax
-    /// first, so it computes the activation twice, and measured slower (gelu at 8192 x 16384:
-    /// 423 us for an amax pass and the fused cast against 388 us for the activation pass and
-    /// the cast on an H200; `benches/results/turns-h100/h200-final/mlp-pass.jsonl`).
+    /// The activation of `h` (`spec`) quantized by this quantizer without the activation's
+    /// output in memory, where the backend fuses the activation into its FP8 cast:
+    /// - delayed scaling, one pass (`LowpBackend::lowp_activation_quantize_fp8_with_scale`);
+    /// - current scaling, an amax pass over the activation and then the cast
+    ///   (`lowp_activation_quantize_fp8_current`). It reads `h` twice and computes the activation
+    ///   twice, where the activation pass and the cast read `h`, write the output and read it
+    ///   back. It measured slower while `tanhf`, IEEE division and integer bf16 rounding made the
+    ///   activation issue-bound (gelu at 8192 x 16384: 423 us against 388 us on an H200,
+    ///   `benches/results/turns-h100/h200-final/mlp-pass.jsonl`); with the logistic on the GPU's
+    ///   exponential and reciprocal units and the conversion instruction it is the shorter way
+    ///   (H100, both directions: 330.5 us against 425.9 us for gelu, 494.1 against 510.7 for
+    ///   swiglu; `benches/results/act-h100/call3/passes.jsonl`).
+    ///
+    /// `None` otherwise, and the caller runs the activation and then this quantizer (the same
+    /// codes).
     pub fn quantize_activation(
         &self,
         h: FloatTensor<Q>,
         spec: &ActivationSpec,
         usage: Usage,
     ) -> Result<Option<QuantizedTensor<Q>>> {
-        let (QuantizerSpec::Fp8Delayed(_), Some(d)) = (&self.spec, &self.delayed) else {
-            return Ok(None);
-        };
-        let q = Q::lowp_activation_quantize_fp8_with_scale(
-            h,
-            spec,
-            d.fp8,
-            d.scale.clone(),
-            usage,
-            d.sink.in_place(),
-        )?;
-        if let Some(q) = &q {
-            d.sink.after_cast(q, usage, 1)?;
+        match (&self.spec, &self.delayed) {
+            (QuantizerSpec::Fp8Delayed(_), Some(d)) => {
+                let q = Q::lowp_activation_quantize_fp8_with_scale(
+                    h,
+                    spec,
+                    d.fp8,
+                    d.scale.clone(),
+                    usage,
+                    d.sink.in_place(),
+                )?;
+                if let Some(q) = &q {
+                    d.sink.after_cast(q, usage, 1)?;
+                }
+                Ok(q)
+            }
+            (QuantizerSpec::Fp8Current { .. }, _) => Q::lowp_activation_quantize_fp8_current(
+                h,
+                spec,
+                &self.spec.format_config(Some(self.seed))?,
+                usage,
+            ),
+            _ => Ok(None),
         }
-        Ok(q)
     }
 }
 

@@ -428,8 +428,10 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
 /// fc2's input under delayed scaling in one pass (`lowp_activation_quantize_fp8_with_scale`:
 /// the activation as the FP8 cast's prologue) equals the activation pass followed by
 /// `quantize_fp8_with_scale` bit for bit: codes and scales in both directions and the amax folded
-/// into the history row, every activation and dtype, a scale that saturates some values. Backends
-/// without the fused kernel (NdArray) answer `None`.
+/// into the history row, every activation and dtype, a scale that saturates some values. Under
+/// current scaling (`lowp_activation_quantize_fp8_current`: an amax pass over the activation,
+/// then the cast applying it) it equals the activation pass followed by the plain quantize, with
+/// its own amax pass, bit for bit. Backends without the fused kernels (NdArray) answer `None`.
 pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
     let params = ActivationParams {
         limit: 3.0,
@@ -493,6 +495,18 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                     assert_eq!(got[2].to_bits(), host_amax(&y).to_bits(), "{context}: recorded amax");
                 }
 
+                // Current scaling: the amax pass over the activation and the cast applying it,
+                // against the stored activation quantized with its own amax pass.
+                let current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+                let twin = B::lowp_quantize(fwd.y.clone(), &current, usage, false).unwrap();
+                let fused =
+                    B::lowp_activation_quantize_fp8_current(upload::<B>(&h, device), &spec, &current, usage)
+                        .unwrap();
+                assert_eq!(fused.is_some(), kernels, "{context}: current scaling fused exactly where the kernels run");
+                if let Some(fused) = fused {
+                    let (fused, twin) = (fused.to_host().unwrap(), twin.to_host().unwrap());
+                    assert_bit_equal(&fused, &twin, &format!("{context}: fused activation cast, current scaling"));
+                }
             }
         }
     }
@@ -519,6 +533,14 @@ pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bo
     assert!(e.to_string().contains("two halves"), "{e}");
     let narrow = matrix(16, 24, InputDtype::F32, 0.0, 1.0, 6);
     let e = fused_cast(&narrow).err().expect("an output of 12 columns refused");
+    assert!(e.to_string().contains("activation output"), "{e}");
+    // Its current-scaling form refuses the same, before any pass runs.
+    let current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+    let fused_current =
+        |h: &HostMatrix| B::lowp_activation_quantize_fp8_current(upload::<B>(h, device), &spec, &current, Usage::ROWWISE);
+    let e = fused_current(&x).err().expect("odd gated width refused (current scaling)");
+    assert!(e.to_string().contains("two halves"), "{e}");
+    let e = fused_current(&narrow).err().expect("an output of 12 columns refused (current scaling)");
     assert!(e.to_string().contains("activation output"), "{e}");
     let e = B::lowp_norm_forward(
         upload::<B>(&x, device),
