@@ -480,6 +480,7 @@ fn require_width(h: &WordMatrix, gated: bool) -> Result<usize, KernelError> {
 }
 
 /// Launches the forward kernel over `h`; `out` is written when `store`.
+#[allow(clippy::too_many_arguments)]
 fn launch_forward<R: Runtime>(
     client: &ComputeClient<R>,
     h: &WordMatrix,

@@ -494,9 +494,6 @@ fn host_read_later<R: CubeRuntime>(
     (wait, arrived)
 }
 
-/// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
-/// producer), FP8 current scaling skips its amax pass (`quantize_fp8_current_with_amax`); other
-/// formats have no use for it.
 /// The FP8 per-tensor cast of `act(h)` by `cast` (one of the activated-cast launchers), with the
 /// checks they share: a gated input of even width, an output FP8 can block.
 fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
@@ -549,6 +546,9 @@ fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     Ok(Some(wrap(&client, &device, out, format, (rows, cols), false, 1)))
 }
 
+/// `LowpBackend::lowp_quantize`; with `amax` (f32 bits on the device, taken by the tensor's
+/// producer), FP8 current scaling skips its amax pass (`quantize_fp8_current_with_amax`); other
+/// formats have no use for it.
 fn quantize_plain<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     x: CubeTensor<R>,
     config: &FormatConfig,
