@@ -1,7 +1,10 @@
 //! Element pairs in raw 32-bit words: the LayerNormMLP kernels (`norm`, `activation`) and the
 //! NVFP4 amax read and write their tensors two elements at a time, one word of f16/bf16 or two
 //! words of f32, so one kernel serves every dtype on every runtime (wgpu has no bf16 type) and
-//! 16-bit stores are whole words. Stores round to nearest-even, as a cast to the dtype does.
+//! 16-bit stores are whole words. Stores round to nearest-even, as a cast to the dtype does: by
+//! integer arithmetic on the bits (`pair_word`, `round_to`), or where the launcher allows by the
+//! runtime's conversion instruction (`pair_word_by`, `round_to_by`), with the same bits but for NaN
+//! payloads.
 
 use crate::codec::{f16_bits_to_f32, shift_right_rne, ElemKind, Fp8Encoder};
 use cubecl::prelude::*;
@@ -90,8 +93,8 @@ pub fn round_to(x: f32, #[comptime] kind: ElemKind) -> f32 {
 /// bf16 / f16 bits of `x` by the runtime's conversion instruction (CUDA: `cvt.rn.bf16.f32`,
 /// `cvt.rn.f16.f32`): the same bits as `f32_to_bf16_bits` / `f32_to_f16_bits` for every value but
 /// NaN, which becomes the instruction's canonical NaN. One instruction where the integer rounding
-/// takes seven integer operations, which bound the activation kernels on the INT pipe (half the
-/// FP32 rate on Hopper).
+/// takes about seven integer operations, on an INT pipe that runs at half the FP32 rate on Hopper
+/// (the activation kernels round every value they store or fold).
 #[cube]
 fn half_bits_by_instruction(x: f32, #[comptime] kind: ElemKind) -> u32 {
     match kind {

@@ -155,8 +155,8 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
     /// - current scaling, an amax pass over the activation and then the cast
     ///   (`lowp_activation_quantize_fp8_current`). It reads `h` twice and computes the activation
     ///   twice, where the activation pass and the cast read `h`, write the output and read it
-    ///   back. It measured slower while `tanhf`, IEEE division and integer bf16 rounding made the
-    ///   activation issue-bound (gelu at 8192 x 16384: 423 us against 388 us on an H200,
+    ///   back. It measured slower with the earlier activation kernels (`tanhf`, IEEE division,
+    ///   integer bf16 rounding; gelu at 8192 x 16384: 423 us against 388 us on an H200,
     ///   `benches/results/turns-h100/h200-final/mlp-pass.jsonl`); with the logistic on the GPU's
     ///   exponential and reciprocal units and the conversion instruction it is the shorter way
     ///   (H100, both directions: 330.5 us against 425.9 us for gelu, 494.1 against 510.7 for
