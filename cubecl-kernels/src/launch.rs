@@ -548,16 +548,7 @@ pub fn quantize_fp8_tensor_activated_current<R: Runtime>(
 ) -> Result<QuantizeOutput, KernelError> {
     let (prologue, params) = activation;
     // The cast's own checks, before the amax pass runs.
-    require(
-        !prologue.gated || h.cols % 2 == 0,
-        format!("activation input [{}, {}]", h.rows, h.cols),
-        "a gated activation's input holds two halves of one width",
-    )?;
-    let seen = InputMatrix {
-        cols: if prologue.gated { h.cols / 2 } else { h.cols },
-        ..h
-    };
-    seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    fp8_cast_matrix(h, h.rows, prologue.gated)?;
     let config = ActivationConfig {
         kind: h.kind,
         act: prologue.act,
@@ -576,6 +567,24 @@ pub fn quantize_fp8_tensor_activated_current<R: Runtime>(
     let amax = activation_amax(client, matrix, params, config)?;
     let scaling = TensorScaling::CurrentFromAmax { rule, amax: &amax };
     fp8_cast(client, h, rule.fp8, scaling, directions, None, false, None, Some(activation))
+}
+
+/// The matrix the FP8 per-tensor cast quantizes: `rows` rows of `x` (the source keeps its own
+/// rows for the argument's length); with a gated activation as its prologue, half the source's
+/// columns, which must then be even. Its dimensions must be multiples of 16.
+fn fp8_cast_matrix(x: InputMatrix, rows: usize, gated: bool) -> Result<InputMatrix, KernelError> {
+    require(
+        !gated || x.cols % 2 == 0,
+        format!("activation input [{}, {}]", x.rows, x.cols),
+        "a gated activation's input holds two halves of one width",
+    )?;
+    let seen = InputMatrix {
+        rows,
+        cols: if gated { x.cols / 2 } else { x.cols },
+        ..x
+    };
+    seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    Ok(seen)
 }
 
 /// The FP8 per-tensor cast behind the public launchers: `x` read through `gather`, or with
@@ -603,20 +612,8 @@ fn fp8_cast<R: Runtime>(
         "the FP8 cast applies an activation to a plain matrix only",
     )?;
     let (rows, row_index, src_rows) = gather_args(client, x, gather);
-    // The matrix the kernels see (the source keeps its own rows for the argument's length); with
-    // a gated activation it has half the source's columns.
     let gated = prologue.is_some_and(|(p, _)| p.gated);
-    require(
-        !gated || x.cols % 2 == 0,
-        format!("activation input [{}, {}]", x.rows, x.cols),
-        "a gated activation's input holds two halves of one width",
-    )?;
-    let seen = InputMatrix {
-        rows,
-        cols: if gated { x.cols / 2 } else { x.cols },
-        ..x
-    };
-    seen.require_blocks(16, 16, "FP8 per-tensor kernels")?;
+    let seen = fp8_cast_matrix(x, rows, gated)?;
     require_grouped_rows(&seen, groups)?;
     require(
         !shared_scale || groups.is_some(),
