@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example moe_train -- --recipe recipes/mxfp8.json
 //! cargo run --release --example moe_train -- --compare recipes/bf16.json recipes/current_scaling.json
-//! cargo run --release --features cuda --example moe_train -- --config configs/moe-200m.json --recipe recipes/block_scaling.json
+//! cargo run --release --features cuda --example moe_train -- --config configs/moe-235m.json --recipe recipes/block_scaling.json
 //! ```
 //!
 //! The backend comes from the features: the CPU (NdArray) by default, CUDA with `--features cuda`

@@ -176,6 +176,36 @@ pub fn check_quantize_matches_reference<B: LowpBackend>(device: &B::Device, dtyp
     println!("{cases} quantize cases bit-exact");
 }
 
+/// FP8 current scaling of a tensor large enough that the amax pass's grid-stride loop gives each
+/// unit several chunks (the other tests' tensors give a unit one at most): with its single
+/// largest value placed at spread-out positions, the codes and scale equal the reference's bit
+/// for bit, so that value was folded wherever it sat.
+pub fn check_amax_over_many_chunks_per_unit<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
+    // 4.7 M elements: 18 chunks of 8 a unit on a grid of 128 cubes of 256 (lavapipe), two to
+    // three on an H100's 1056 cubes.
+    let (rows, cols) = (4608, 1024);
+    let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
+    let n = rows * cols;
+    let mut cases = 0;
+    for &dtype in dtypes.iter().filter(|d| matches!(d, InputDtype::BF16 | InputDtype::F32)) {
+        let mut rng = SplitMix(0xA3A3 + dtype.name().len() as u64);
+        let base: Vec<f32> = (0..n).map(|_| dtype.round((2.0 * rng.uniform() - 1.0) as f32)).collect();
+        for (i, at) in [0, n - 1, n / 2 + 5, 3 * n / 7 + 1, 5 * n / 6 + 9, n / 9 + 3].into_iter().enumerate() {
+            let mut values = base.clone();
+            values[at] = if i % 2 == 0 { 3.5 } else { -3.5 };
+            let x = HostMatrix::new("input", rows, cols, dtype, values).unwrap();
+            let context = format!("fp8 current {} [{rows}, {cols}], largest at {at}", dtype.name());
+            let reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
+            let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, false)
+                .unwrap_or_else(|e| panic!("{context}: {e}"));
+            assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
+            cases += 1;
+        }
+    }
+    assert!(cases > 0);
+    println!("{cases} large current-scaling casts bit-exact");
+}
+
 /// The launcher takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel` /
 /// `nvfp4_strip_kernel` for columnwise 16-bit cases (and `nvfp4_rowwise_kernel` for NVFP4's 1D
 /// rowwise casts) and keeps the tile kernels for the rest; forced on this test's thread, the tile
@@ -1177,6 +1207,11 @@ macro_rules! kernel_suite {
         #[test]
         fn dequantize_matches_reference() {
             if let Some(d) = $device { crate::suite::check_dequantize_matches_reference::<$backend>(&d, &dtypes()); }
+        }
+
+        #[test]
+        fn amax_over_many_chunks_per_unit_matches_reference() {
+            if let Some(d) = $device { crate::suite::check_amax_over_many_chunks_per_unit::<$backend>(&d, &dtypes()); }
         }
 
         #[test]
