@@ -261,6 +261,7 @@ pub fn norm_forward_kernel<N: Size>(
             let c = unit + k * NORM_UNITS;
             if c < chunks {
                 let g = gamma[c];
+                // β's chunk; without β it is never read, and γ's stands in for it.
                 let mut b = g;
                 if comptime![config.beta] {
                     b = beta[c];
