@@ -13,10 +13,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::{abs_bits_for_amax, ElemKind, Fp8Encoder};
+use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, KernelError};
 use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::{pair_word_by, word_pair};
+use crate::pairs::{chunk_element, chunk_word, packed_amax, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::cube_max_into;
 
@@ -217,14 +217,12 @@ fn unpack_chunk<N: Size>(
     #[comptime] words: usize,
     #[comptime] kind: ElemKind,
 ) {
+    let per_word = comptime![word_elements(kind)];
     #[unroll]
     for w in 0..words {
-        if comptime![kind == ElemKind::F32] {
-            out[offset + w] = f32::reinterpret(v[w]);
-        } else {
-            let (a, b) = word_pair(v[w], kind);
-            out[offset + 2 * w] = a;
-            out[offset + 2 * w + 1] = b;
+        #[unroll]
+        for e in 0..per_word {
+            out[offset + per_word * w + e] = chunk_element::<N>(v, w, e, kind);
         }
     }
 }
@@ -239,14 +237,15 @@ fn pack_chunk<N: Size>(
     #[comptime] encoder: Fp8Encoder,
 ) -> Vector<u32, N> {
     let mut packed = Vector::<u32, N>::empty();
+    let per_word = comptime![word_elements(kind)];
     #[unroll]
     for w in 0..words {
-        if comptime![kind == ElemKind::F32] {
-            packed[w] = u32::reinterpret(values[offset + w]);
-        } else {
-            let (a, b) = (values[offset + 2 * w], values[offset + 2 * w + 1]);
-            packed[w] = pair_word_by(a, b, kind, encoder);
+        let a = values[offset + per_word * w];
+        let mut b = 0.0f32;
+        if comptime![per_word == 2] {
+            b = values[offset + 2 * w + 1];
         }
+        packed[w] = chunk_word(a, b, kind, encoder);
     }
     packed
 }
@@ -263,12 +262,7 @@ fn stored_values<N: Size>(
     #[comptime] kind: ElemKind,
 ) -> u32 {
     unpack_chunk::<N>(packed, values, offset, words, kind);
-    let mut m = local;
-    #[unroll]
-    for j in 0..comptime![chunk_elements(words, kind)] {
-        m = max(m, abs_bits_for_amax(values[offset + j]));
-    }
-    m
+    packed_amax::<N>(packed, local, words, kind)
 }
 
 /// The chunks of rows `row0..row0 + ACT_ROW_STEP` (those before `end`) of the unit's column
@@ -337,41 +331,24 @@ fn forward_rows<N: Size>(
             let mut packed = Vector::<u32, N>::empty();
             #[unroll]
             for w in 0..words {
-                if comptime![config.kind == ElemKind::F32] {
+                let mut y = Array::<f32>::new(2usize);
+                y[1] = 0.0f32;
+                #[unroll]
+                for e in 0..comptime![word_elements(config.kind)] {
                     let mut g = 0.0f32;
                     if comptime![config.gated] {
-                        g = f32::reinterpret(gs[i][w]);
+                        g = chunk_element::<N>(gs[i], w, e, config.kind);
                     }
-                    let y = forward_value(f32::reinterpret(xs[i][w]), g, alpha, limit, offset, config);
-                    packed[w] = u32::reinterpret(y);
-                } else {
-                    let (xa, xb) = word_pair(xs[i][w], config.kind);
-                    let mut ga = 0.0f32;
-                    let mut gb = 0.0f32;
-                    if comptime![config.gated] {
-                        let (p, q) = word_pair(gs[i][w], config.kind);
-                        ga = p;
-                        gb = q;
-                    }
-                    let ya = forward_value(xa, ga, alpha, limit, offset, config);
-                    let yb = forward_value(xb, gb, alpha, limit, offset, config);
-                    packed[w] = pair_word_by(ya, yb, config.kind, config.encoder);
+                    y[e] = forward_value(chunk_element::<N>(xs[i], w, e, config.kind), g, alpha, limit, offset, config);
                 }
+                packed[w] = chunk_word(y[0], y[1], config.kind, config.encoder);
             }
             if comptime![store] {
                 out[row * chunks + chunk] = packed;
             }
             if comptime![config.amax] {
                 // The amax of what is stored: the rounded values, read back from their bits.
-                #[unroll]
-                for w in 0..words {
-                    if comptime![config.kind == ElemKind::F32] {
-                        m = max(m, abs_bits_for_amax(f32::reinterpret(packed[w])));
-                    } else {
-                        let (a, b) = word_pair(packed[w], config.kind);
-                        m = max(m, max(abs_bits_for_amax(a), abs_bits_for_amax(b)));
-                    }
-                }
+                m = packed_amax::<N>(packed, m, words, config.kind);
             }
         }
     }

@@ -14,9 +14,9 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::activation::{chunk_elements, chunk_words};
-use crate::codec::{abs_bits_for_amax, ElemKind, Fp8Encoder};
+use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, fp8_encoder, KernelError};
-use crate::pairs::{load_pair, pair_word_by, word_pair};
+use crate::pairs::{chunk_element, chunk_word, load_pair, packed_amax, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::{cube_max_into, cube_sum, planes_of_32};
 
@@ -85,40 +85,6 @@ fn load_row<N: Size>(
             out[k] = src[row_chunk0 + c];
         }
     }
-}
-
-/// Element `e` (0 or 1) of word `w` of a chunk, as f32 (f32 chunks have one element a word).
-#[cube]
-fn element<N: Size>(v: Vector<u32, N>, #[comptime] w: usize, #[comptime] e: usize, #[comptime] kind: ElemKind) -> f32 {
-    if comptime![kind == ElemKind::F32] {
-        f32::reinterpret(v[w])
-    } else {
-        let (a, b) = word_pair(v[w], kind);
-        if comptime![e == 0] {
-            a
-        } else {
-            b
-        }
-    }
-}
-
-/// Elements a word holds.
-fn word_elements(kind: ElemKind) -> usize {
-    if kind == ElemKind::F32 {
-        1
-    } else {
-        2
-    }
-}
-
-/// Two values as the word a chunk of `kind` stores (f32: `a` alone).
-#[cube]
-fn store_word(a: f32, b: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> u32 {
-    let mut w = u32::reinterpret(a);
-    if comptime![kind != ElemKind::F32] {
-        w = pair_word_by(a, b, kind, encoder);
-    }
-    w
 }
 
 /// `γ` (plus 1 when stored zero-centred).
@@ -227,7 +193,7 @@ pub fn norm_forward_kernel<N: Size>(
                     for w in 0..layout.words {
                         #[unroll]
                         for e in 0..per_word {
-                            s += element::<N>(xs[k], w, e, config.kind);
+                            s += chunk_element::<N>(xs[k], w, e, config.kind);
                         }
                     }
                 }
@@ -243,7 +209,7 @@ pub fn norm_forward_kernel<N: Size>(
                 for w in 0..layout.words {
                     #[unroll]
                     for e in 0..per_word {
-                        let d = element::<N>(xs[k], w, e, config.kind) - mean;
+                        let d = chunk_element::<N>(xs[k], w, e, config.kind) - mean;
                         s2 += d * d;
                     }
                 }
@@ -273,25 +239,19 @@ pub fn norm_forward_kernel<N: Size>(
                     y[1] = 0.0f32;
                     #[unroll]
                     for e in 0..per_word {
-                        let x = element::<N>(xs[k], w, e, config.kind);
-                        let mut v = (x - mean) * rstd * gamma_value(element::<N>(g, w, e, config.kind), config);
+                        let x = chunk_element::<N>(xs[k], w, e, config.kind);
+                        let mut v = (x - mean) * rstd * gamma_value(chunk_element::<N>(g, w, e, config.kind), config);
                         if comptime![config.beta] {
-                            v += element::<N>(b, w, e, config.kind);
+                            v += chunk_element::<N>(b, w, e, config.kind);
                         }
                         y[e] = v;
                     }
-                    packed[w] = store_word(y[0], y[1], config.kind, layout.encoder);
+                    packed[w] = chunk_word(y[0], y[1], config.kind, layout.encoder);
                 }
                 output[row * chunks + c] = packed;
                 if comptime![config.amax] {
                     // The amax of what is stored: the rounded values, read back from their bits.
-                    #[unroll]
-                    for w in 0..layout.words {
-                        #[unroll]
-                        for e in 0..per_word {
-                            local_amax = max(local_amax, abs_bits_for_amax(element::<N>(packed, w, e, config.kind)));
-                        }
-                    }
+                    local_amax = packed_amax::<N>(packed, local_amax, layout.words, config.kind);
                 }
             }
         }
@@ -343,9 +303,9 @@ pub fn norm_backward_kernel<N: Size>(
                 for w in 0..layout.words {
                     #[unroll]
                     for e in 0..per_word {
-                        let gy = element::<N>(ds[k], w, e, config.kind)
-                            * gamma_value(element::<N>(gs[k], w, e, config.kind), config);
-                        s_gx += gy * ((element::<N>(xs[k], w, e, config.kind) - m) * r);
+                        let gy = chunk_element::<N>(ds[k], w, e, config.kind)
+                            * gamma_value(chunk_element::<N>(gs[k], w, e, config.kind), config);
+                        s_gx += gy * ((chunk_element::<N>(xs[k], w, e, config.kind) - m) * r);
                         s_g += gy;
                     }
                 }
@@ -367,12 +327,12 @@ pub fn norm_backward_kernel<N: Size>(
                     v[1] = 0.0f32;
                     #[unroll]
                     for e in 0..per_word {
-                        let d = element::<N>(ds[k], w, e, config.kind);
-                        let g = gamma_value(element::<N>(gs[k], w, e, config.kind), config);
-                        let x = element::<N>(xs[k], w, e, config.kind);
+                        let d = chunk_element::<N>(ds[k], w, e, config.kind);
+                        let g = gamma_value(chunk_element::<N>(gs[k], w, e, config.kind), config);
+                        let x = chunk_element::<N>(xs[k], w, e, config.kind);
                         v[e] = (d * g - (x - m) * r * c1 - c2) * r;
                     }
-                    packed[w] = store_word(v[0], v[1], config.kind, layout.encoder);
+                    packed[w] = chunk_word(v[0], v[1], config.kind, layout.encoder);
                 }
                 dx[row * chunks + c] = packed;
             }

@@ -6,7 +6,7 @@
 //! runtime's conversion instruction (`pair_word_by`, `round_to_by`), with the same bits but for NaN
 //! payloads.
 
-use crate::codec::{f16_bits_to_f32, shift_right_rne, ElemKind, Fp8Encoder};
+use crate::codec::{abs_bits_for_amax, f16_bits_to_f32, shift_right_rne, ElemKind, Fp8Encoder};
 use cubecl::prelude::*;
 use half::{bf16, f16};
 
@@ -145,4 +145,64 @@ pub fn store_pair(
             output[index / 2] = pair_word(a, b, kind);
         }
     }
+}
+
+/// Elements a word of `kind` holds (f32: one; f16/bf16: two).
+pub fn word_elements(kind: ElemKind) -> usize {
+    if kind == ElemKind::F32 {
+        1
+    } else {
+        2
+    }
+}
+
+/// Element `e` (0 or 1) of word `w` of a chunk of raw words, as f32 (f32 chunks have one element
+/// a word, so `e` is 0 there).
+#[cube]
+pub fn chunk_element<N: Size>(
+    v: Vector<u32, N>,
+    #[comptime] w: usize,
+    #[comptime] e: usize,
+    #[comptime] kind: ElemKind,
+) -> f32 {
+    if comptime![kind == ElemKind::F32] {
+        f32::reinterpret(v[w])
+    } else {
+        let (a, b) = word_pair(v[w], kind);
+        if comptime![e == 0] {
+            a
+        } else {
+            b
+        }
+    }
+}
+
+/// The word a chunk of `kind` stores for two values, rounded by `encoder` (f32: `a` alone).
+#[cube]
+pub fn chunk_word(a: f32, b: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> u32 {
+    let mut w = u32::reinterpret(a);
+    if comptime![kind != ElemKind::F32] {
+        w = pair_word_by(a, b, kind, encoder);
+    }
+    w
+}
+
+/// `local` folded with the amax bits (`abs_bits_for_amax`) of every element of a stored chunk:
+/// the amax of what a store keeps, read back from its bits.
+#[cube]
+pub fn packed_amax<N: Size>(
+    packed: Vector<u32, N>,
+    local: u32,
+    #[comptime] words: usize,
+    #[comptime] kind: ElemKind,
+) -> u32 {
+    let mut m = local;
+    #[unroll]
+    for w in 0..words {
+        #[unroll]
+        for e in 0..comptime![word_elements(kind)] {
+            m = max(m, abs_bits_for_amax(chunk_element::<N>(packed, w, e, kind)));
+        }
+    }
+    m
 }
