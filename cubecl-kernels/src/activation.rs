@@ -16,7 +16,7 @@ use cubecl::server::Handle;
 use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, KernelError};
 use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::{chunk_element, chunk_word, packed_amax, word_elements};
+use crate::pairs::{vector_element, stored_word, packed_amax, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::cube_max_into;
 
@@ -222,7 +222,7 @@ fn unpack_chunk<N: Size>(
     for w in 0..words {
         #[unroll]
         for e in 0..per_word {
-            out[offset + per_word * w + e] = chunk_element::<N>(v, w, e, kind);
+            out[offset + per_word * w + e] = vector_element::<N>(v, w, e, kind);
         }
     }
 }
@@ -245,7 +245,7 @@ fn pack_chunk<N: Size>(
         if comptime![per_word == 2] {
             b = values[offset + 2 * w + 1];
         }
-        packed[w] = chunk_word(a, b, kind, encoder);
+        packed[w] = stored_word(a, b, kind, encoder);
     }
     packed
 }
@@ -337,11 +337,11 @@ fn forward_rows<N: Size>(
                 for e in 0..comptime![word_elements(config.kind)] {
                     let mut g = 0.0f32;
                     if comptime![config.gated] {
-                        g = chunk_element::<N>(gs[i], w, e, config.kind);
+                        g = vector_element::<N>(gs[i], w, e, config.kind);
                     }
-                    y[e] = forward_value(chunk_element::<N>(xs[i], w, e, config.kind), g, alpha, limit, offset, config);
+                    y[e] = forward_value(vector_element::<N>(xs[i], w, e, config.kind), g, alpha, limit, offset, config);
                 }
-                packed[w] = chunk_word(y[0], y[1], config.kind, config.encoder);
+                packed[w] = stored_word(y[0], y[1], config.kind, config.encoder);
             }
             if comptime![store] {
                 out[row * chunks + chunk] = packed;

@@ -16,7 +16,7 @@ use cubecl::server::Handle;
 use crate::activation::{chunk_elements, chunk_words};
 use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, fp8_encoder, KernelError};
-use crate::pairs::{chunk_element, chunk_word, load_pair, packed_amax, word_elements};
+use crate::pairs::{vector_element, stored_word, load_pair, packed_amax, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::{cube_max_into, cube_sum, planes_of_32};
 
@@ -193,7 +193,7 @@ pub fn norm_forward_kernel<N: Size>(
                     for w in 0..layout.words {
                         #[unroll]
                         for e in 0..per_word {
-                            s += chunk_element::<N>(xs[k], w, e, config.kind);
+                            s += vector_element::<N>(xs[k], w, e, config.kind);
                         }
                     }
                 }
@@ -209,7 +209,7 @@ pub fn norm_forward_kernel<N: Size>(
                 for w in 0..layout.words {
                     #[unroll]
                     for e in 0..per_word {
-                        let d = chunk_element::<N>(xs[k], w, e, config.kind) - mean;
+                        let d = vector_element::<N>(xs[k], w, e, config.kind) - mean;
                         s2 += d * d;
                     }
                 }
@@ -239,14 +239,14 @@ pub fn norm_forward_kernel<N: Size>(
                     y[1] = 0.0f32;
                     #[unroll]
                     for e in 0..per_word {
-                        let x = chunk_element::<N>(xs[k], w, e, config.kind);
-                        let mut v = (x - mean) * rstd * gamma_value(chunk_element::<N>(g, w, e, config.kind), config);
+                        let x = vector_element::<N>(xs[k], w, e, config.kind);
+                        let mut v = (x - mean) * rstd * gamma_value(vector_element::<N>(g, w, e, config.kind), config);
                         if comptime![config.beta] {
-                            v += chunk_element::<N>(b, w, e, config.kind);
+                            v += vector_element::<N>(b, w, e, config.kind);
                         }
                         y[e] = v;
                     }
-                    packed[w] = chunk_word(y[0], y[1], config.kind, layout.encoder);
+                    packed[w] = stored_word(y[0], y[1], config.kind, layout.encoder);
                 }
                 output[row * chunks + c] = packed;
                 if comptime![config.amax] {
@@ -303,9 +303,9 @@ pub fn norm_backward_kernel<N: Size>(
                 for w in 0..layout.words {
                     #[unroll]
                     for e in 0..per_word {
-                        let gy = chunk_element::<N>(ds[k], w, e, config.kind)
-                            * gamma_value(chunk_element::<N>(gs[k], w, e, config.kind), config);
-                        s_gx += gy * ((chunk_element::<N>(xs[k], w, e, config.kind) - m) * r);
+                        let gy = vector_element::<N>(ds[k], w, e, config.kind)
+                            * gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                        s_gx += gy * ((vector_element::<N>(xs[k], w, e, config.kind) - m) * r);
                         s_g += gy;
                     }
                 }
@@ -327,12 +327,12 @@ pub fn norm_backward_kernel<N: Size>(
                     v[1] = 0.0f32;
                     #[unroll]
                     for e in 0..per_word {
-                        let d = chunk_element::<N>(ds[k], w, e, config.kind);
-                        let g = gamma_value(chunk_element::<N>(gs[k], w, e, config.kind), config);
-                        let x = chunk_element::<N>(xs[k], w, e, config.kind);
+                        let d = vector_element::<N>(ds[k], w, e, config.kind);
+                        let g = gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                        let x = vector_element::<N>(xs[k], w, e, config.kind);
                         v[e] = (d * g - (x - m) * r * c1 - c2) * r;
                     }
-                    packed[w] = chunk_word(v[0], v[1], config.kind, layout.encoder);
+                    packed[w] = stored_word(v[0], v[1], config.kind, layout.encoder);
                 }
                 dx[row * chunks + c] = packed;
             }

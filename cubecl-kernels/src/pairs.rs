@@ -156,10 +156,10 @@ pub fn word_elements(kind: ElemKind) -> usize {
     }
 }
 
-/// Element `e` (0 or 1) of word `w` of a chunk of raw words, as f32 (f32 chunks have one element
+/// Element `e` (0 or 1) of word `w` of a vector of raw words, as f32 (f32 chunks have one element
 /// a word, so `e` is 0 there).
 #[cube]
-pub fn chunk_element<N: Size>(
+pub fn vector_element<N: Size>(
     v: Vector<u32, N>,
     #[comptime] w: usize,
     #[comptime] e: usize,
@@ -179,7 +179,7 @@ pub fn chunk_element<N: Size>(
 
 /// The word a chunk of `kind` stores for two values, rounded by `encoder` (f32: `a` alone).
 #[cube]
-pub fn chunk_word(a: f32, b: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> u32 {
+pub fn stored_word(a: f32, b: f32, #[comptime] kind: ElemKind, #[comptime] encoder: Fp8Encoder) -> u32 {
     let mut w = u32::reinterpret(a);
     if comptime![kind != ElemKind::F32] {
         w = pair_word_by(a, b, kind, encoder);
@@ -201,7 +201,7 @@ pub fn packed_amax<N: Size>(
     for w in 0..words {
         #[unroll]
         for e in 0..comptime![word_elements(kind)] {
-            m = max(m, abs_bits_for_amax(chunk_element::<N>(packed, w, e, kind)));
+            m = max(m, abs_bits_for_amax(vector_element::<N>(packed, w, e, kind)));
         }
     }
     m
