@@ -2,11 +2,13 @@
 //! same launch, the physically transposed columnwise codes `[K, M]` (Hopper's FP8 GEMM is TN-only).
 //! Host reference: `burn_lowp::format::fp8_tensor`.
 //!
-//! Tiling: a cube of 256 units covers 32 rows x 256 columns; each unit owns 4 rows x 8 columns,
-//! so it writes 2 rowwise words per row and one columnwise word (4 codes along M) per column.
-//! With a columnwise copy, units are numbered row-group first, so the 8 units of a column write
-//! one contiguous 32-byte run of the transposed output; rowwise only, strip first, so a warp reads
-//! and writes along rows.
+//! Tiling: a cube covers 32 rows x 256 columns, by one of two kernels (the launcher picks):
+//! - `fp8_cast_transposed_kernel`, 16-bit inputs with a columnwise copy (no prologue): 64 units
+//!   of 16 rows x 8 columns, each column's 16 codes one 16-byte store;
+//! - `fp8_cast_kernel`, everything else: 256 units of 4 rows x 8 columns, 2 rowwise words per row
+//!   and one columnwise word (4 codes along M) per column. With a columnwise copy, units are
+//!   numbered row-group first, so the 8 units of a column write one contiguous 32-byte run of
+//!   the transposed output; rowwise only, strip first, so a warp reads and writes along rows.
 //!
 //! With a prologue (`Fp8Prologue`) the cast reads a LayerNormMLP's fc1 output `h` and quantizes
 //! the activation `act(h)` (gated: `act(h[:, :F]) · gate(h[:, F:])`) in the same pass, each value
@@ -20,7 +22,7 @@
 
 use crate::activation::{act_value, gate_value, ActFn};
 use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
-use crate::pairs::round_to_by;
+use crate::pairs::{round_to_by, vector_element};
 use crate::group_layout::group_of_row;
 use crate::reduce::{cube_max_f32, cube_max_into};
 use crate::scale::{scale_from_amax, ScaleRule};
@@ -121,32 +123,7 @@ pub fn fp8_cast_kernel<N: Size>(
         group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
     let in_group = tile_row0 - g_start < g_rows;
 
-    let mut source = f32::reinterpret(scale_source[scale_first + g * scale_stride]);
-    if comptime![config.shared_scale] {
-        // The largest amax (current) or the smallest scale, as the max of `-scale` (delayed):
-        // every unit folds a stride of the groups, the cube reduces (uniform: all units call it).
-        let mut key = f32::reinterpret(scale_source[scale_first]);
-        if comptime![!config.from_amax] {
-            key = -key;
-        }
-        for e in range_stepped(unit, groups, FP8_UNITS) {
-            let mut k = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
-            if comptime![!config.from_amax] {
-                k = -k;
-            }
-            key = select(k > key, k, key);
-        }
-        let mut folded = SharedMemory::<f32>::new(FP8_UNITS);
-        source = cube_max_f32(key, &mut folded, FP8_UNITS);
-        if comptime![!config.from_amax] {
-            source = -source;
-        }
-    }
-    let scale = if comptime![config.from_amax] {
-        scale_from_amax(source, config.rule)
-    } else {
-        source
-    };
+    let scale = group_scale(scale_source, g, groups, scale_first, scale_stride, config, FP8_UNITS);
 
     let mut local_amax = 0u32;
     if active {
@@ -227,33 +204,258 @@ pub fn fp8_cast_kernel<N: Size>(
             }
         }
     }
+    record_group_amax(
+        local_amax,
+        in_group,
+        g,
+        amax_out,
+        amax_history,
+        history_first,
+        history_stride,
+        config,
+        FP8_UNITS,
+    );
+    if CUBE_POS == 0 {
+        write_scale_invs(scale, scale_source, scale_inv_out, groups, scale_first, scale_stride, config, FP8_UNITS);
+    }
+}
+
+/// The scale group `g`'s codes are multiplied by: from its amax (current scaling) or its delayed
+/// scale; with a shared scale, from the largest amax or the smallest scale of all groups, folded
+/// by the cube (so every unit of the cube must call it).
+#[cube]
+fn group_scale(
+    scale_source: &Array<u32>,
+    g: usize,
+    groups: usize,
+    scale_first: usize,
+    scale_stride: usize,
+    #[comptime] config: Fp8CastConfig,
+    #[comptime] units: usize,
+) -> f32 {
+    let mut source = f32::reinterpret(scale_source[scale_first + g * scale_stride]);
+    if comptime![config.shared_scale] {
+        // The largest amax (current) or the smallest scale, as the max of `-scale` (delayed):
+        // every unit folds a stride of the groups, the cube reduces.
+        let mut key = f32::reinterpret(scale_source[scale_first]);
+        if comptime![!config.from_amax] {
+            key = -key;
+        }
+        for e in range_stepped(UNIT_POS as usize, groups, units) {
+            let mut k = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
+            if comptime![!config.from_amax] {
+                k = -k;
+            }
+            key = select(k > key, k, key);
+        }
+        let mut folded = SharedMemory::<f32>::new(units);
+        source = cube_max_f32(key, &mut folded, units);
+        if comptime![!config.from_amax] {
+            source = -source;
+        }
+    }
+    if comptime![config.from_amax] {
+        scale_from_amax(source, config.rule)
+    } else {
+        source
+    }
+}
+
+/// With `record_amax`, the cube's amax of group `g` into `amax_out[g]` (and, with
+/// `record_history`, into row 0 of the amax history). Uniform per cube: a cast's cube lies in
+/// one group.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn record_group_amax(
+    local_amax: u32,
+    in_group: bool,
+    g: usize,
+    amax_out: &mut Array<Atomic<u32>>,
+    amax_history: &mut Array<Atomic<u32>>,
+    history_first: usize,
+    history_stride: usize,
+    #[comptime] config: Fp8CastConfig,
+    #[comptime] units: usize,
+) {
     if comptime![config.record_amax] {
-        // Uniform per cube.
         if in_group {
-            let mut scratch = SharedMemory::<u32>::new(FP8_UNITS);
-            cube_max_into(local_amax, &mut scratch, amax_out, g, FP8_UNITS);
+            let mut scratch = SharedMemory::<u32>::new(units);
+            cube_max_into(local_amax, &mut scratch, amax_out, g, units);
             if comptime![config.record_history] {
-                if unit == 0 {
+                if UNIT_POS == 0 {
                     // Unit 0 still sees the cube's maximum in `scratch[0]`.
                     amax_history[history_first + g * history_stride].fetch_max(scratch[0]);
                 }
             }
         }
     }
-    if CUBE_POS == 0 {
-        // Every group's scale_inv, empty groups included.
-        for e in range_stepped(unit, groups, FP8_UNITS) {
-            let mut group_scale = scale;
-            if comptime![!config.shared_scale] {
-                let source = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
-                group_scale = if comptime![config.from_amax] {
-                    scale_from_amax(source, config.rule)
-                } else {
-                    source
-                };
-            }
-            scale_inv_out[e] = u32::reinterpret(1.0f32 / group_scale);
+}
+
+/// Every group's `scale_inv`, empty groups included (cube 0 calls it); `scale` is the cube's
+/// own, which every group takes with a shared scale.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_scale_invs(
+    scale: f32,
+    scale_source: &Array<u32>,
+    scale_inv_out: &mut Array<u32>,
+    groups: usize,
+    scale_first: usize,
+    scale_stride: usize,
+    #[comptime] config: Fp8CastConfig,
+    #[comptime] units: usize,
+) {
+    for e in range_stepped(UNIT_POS as usize, groups, units) {
+        let mut group_scale = scale;
+        if comptime![!config.shared_scale] {
+            let source = f32::reinterpret(scale_source[scale_first + e * scale_stride]);
+            group_scale = if comptime![config.from_amax] {
+                scale_from_amax(source, config.rule)
+            } else {
+                source
+            };
         }
+        scale_inv_out[e] = u32::reinterpret(1.0f32 / group_scale);
+    }
+}
+
+/// Units of `fp8_cast_transposed_kernel`: 2 along M (16 rows each) by 32 along K (8 columns
+/// each) cover the same 32 x 256 tile as `fp8_cast_kernel`'s 256 units.
+pub const FP8_TRANSPOSED_UNITS: usize = 64;
+const TRANSPOSED_UNIT_ROWS: usize = 16;
+
+/// `fp8_cast_kernel` for 16-bit inputs with the transposed columnwise copy (no activation
+/// prologue): the same codes, scales and amaxes, with units of 16 rows x 8 columns shaped for the
+/// transposed stores, as `fp8_block_transposed_kernel`'s. A unit loads one 16-byte vector a row
+/// (a warp reads 256 contiguous bytes from each of two rows) and stores each of its columns' 16
+/// codes as one 16-byte vector beside the other row unit's 16 (full 32-byte sectors), where the
+/// 4 x 8 units wrote 4-byte words, eight 32-byte runs a warp store. Each value is encoded once
+/// and packed into its row's word and its column's word.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_cast_transposed_kernel<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    scale_source: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    row_index: &Array<u32>,
+    rowwise: &mut Array<u32>,
+    columnwise: &mut Array<Vector<u32, N>>,
+    scale_inv_out: &mut Array<u32>,
+    amax_out: &mut Array<Atomic<u32>>,
+    amax_history: &mut Array<Atomic<u32>>,
+    rows: usize,
+    cols: usize,
+    groups: usize,
+    src_rows: usize,
+    scale_first: usize,
+    scale_stride: usize,
+    history_first: usize,
+    history_stride: usize,
+    #[comptime] config: Fp8CastConfig,
+) {
+    let unit = UNIT_POS as usize;
+    // The two row units of a strip are neighbours in a warp: their column stores meet.
+    let row_unit = unit % 2;
+    let strip = unit / 2;
+    let tile_row0 = CUBE_POS_Y as usize * FP8_TILE_ROWS;
+    let row0 = tile_row0 + row_unit * TRANSPOSED_UNIT_ROWS;
+    let col0 = CUBE_POS_X as usize * FP8_TILE_COLS + strip * 8;
+    // Rows and columns are multiples of 16 (`fp8_cast_matrix`): an active unit is whole.
+    let active = row0 < rows && col0 < cols;
+
+    let (g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
+    let in_group = tile_row0 - g_start < g_rows;
+    let scale = group_scale(scale_source, g, groups, scale_first, scale_stride, config, FP8_TRANSPOSED_UNITS);
+
+    let mut local_amax = 0u32;
+    if active {
+        // All 16 loads in flight before any is used.
+        let mut words = Array::<Vector<u32, N>>::new(TRANSPOSED_UNIT_ROWS);
+        #[unroll]
+        for r in 0..TRANSPOSED_UNIT_ROWS {
+            if comptime![config.gathered] {
+                let src = usize::cast_from(row_index[row0 + r]);
+                let mut v = Vector::<u32, N>::empty();
+                if src < src_rows {
+                    v = input[(src * cols + col0) / 8];
+                } else {
+                    #[unroll]
+                    for w in 0..4usize {
+                        v[w] = 0u32;
+                    }
+                }
+                words[r] = v;
+            } else {
+                words[r] = input[((row0 + r) * cols + col0) / 8];
+            }
+        }
+        // Column j's codes along M: word q of column j holds rows 4q..4q+4.
+        let mut column = Array::<u32>::new(32usize);
+        #[unroll]
+        for r in 0..TRANSPOSED_UNIT_ROWS {
+            let mut row_words = Array::<u32>::new(2usize);
+            #[unroll]
+            for j in 0..8usize {
+                let x = vector_element::<N>(words[r], j / 2, j % 2, config.kind);
+                if comptime![config.record_amax] {
+                    local_amax = max(local_amax, abs_bits_for_amax(x));
+                }
+                let code = encode_fp8_by(x * scale, config.fp8, config.encoder);
+                if comptime![j % 4 == 0] {
+                    row_words[j / 4] = code;
+                } else {
+                    row_words[j / 4] = row_words[j / 4] | (code << comptime![8 * (j % 4) as u32]);
+                }
+                if comptime![r % 4 == 0] {
+                    column[j * 4 + r / 4] = code;
+                } else {
+                    column[j * 4 + r / 4] = column[j * 4 + r / 4] | (code << comptime![8 * (r % 4) as u32]);
+                }
+            }
+            if comptime![config.rowwise] {
+                let word = ((row0 + r) * cols + col0) / 4;
+                rowwise[word] = row_words[0];
+                rowwise[word + 1] = row_words[1];
+            }
+        }
+        if comptime![config.columnwise] {
+            if in_group {
+                #[unroll]
+                for j in 0..8usize {
+                    let mut packed = Vector::<u32, N>::empty();
+                    #[unroll]
+                    for q in 0..4usize {
+                        packed[q] = column[j * 4 + q];
+                    }
+                    columnwise[(g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 16] = packed;
+                }
+            }
+        }
+    }
+    record_group_amax(
+        local_amax,
+        in_group,
+        g,
+        amax_out,
+        amax_history,
+        history_first,
+        history_stride,
+        config,
+        FP8_TRANSPOSED_UNITS,
+    );
+    if CUBE_POS == 0 {
+        write_scale_invs(
+            scale,
+            scale_source,
+            scale_inv_out,
+            groups,
+            scale_first,
+            scale_stride,
+            config,
+            FP8_TRANSPOSED_UNITS,
+        );
     }
 }
 

@@ -17,7 +17,8 @@ use crate::flags;
 use crate::activation::{activation_amax, ActivationConfig, ActivationParams};
 use crate::norm::WordMatrix;
 use crate::fp8::{
-    fp8_cast_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS, FP8_UNITS,
+    fp8_cast_kernel, fp8_cast_transposed_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS,
+    FP8_TRANSPOSED_UNITS, FP8_UNITS,
 };
 use crate::fp8_block::{
     fp8_block_kernel, fp8_block_transposed_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS,
@@ -683,40 +684,72 @@ fn fp8_cast<R: Runtime>(
     };
     let scale_len = StateColumns { buffer: &scale_source, first: scale_first, stride: scale_stride }.len(count);
     let (group_start, group_rows, count) = group_args(client, groups);
-    unsafe {
-        fp8_cast_kernel::launch_unchecked::<R>(
-            client,
-            CubeCount::Static(
-                ceil_div(seen.cols, FP8_TILE_COLS) as u32,
-                ceil_div(rows, FP8_TILE_ROWS) as u32,
-                1,
-            ),
-            CubeDim::new_1d(FP8_UNITS as u32),
-            INPUT_VECTOR,
-            x.arg(),
-            arg(&scale_source, scale_len),
-            group_start,
-            group_rows,
-            row_index,
-            arg(&rowwise, n / 4),
-            arg(&columnwise, n / 4),
-            arg(&scale_inv, count),
-            arg(&amax_out, count),
-            arg(&history_row, history_len),
-            rows,
-            seen.cols,
-            count,
-            src_rows,
-            scale_first,
-            scale_stride,
-            history_first,
-            history_stride,
-            params.alpha,
-            params.limit,
-            params.offset,
-            config,
-        )
-    };
+    let cubes = CubeCount::Static(
+        ceil_div(seen.cols, FP8_TILE_COLS) as u32,
+        ceil_div(rows, FP8_TILE_ROWS) as u32,
+        1,
+    );
+    if directions.columnwise && x.kind != ElemKind::F32 && prologue.is_none() {
+        // 16-bit input with the transposed copy: units shaped for the transposed stores.
+        unsafe {
+            fp8_cast_transposed_kernel::launch_unchecked::<R>(
+                client,
+                cubes,
+                CubeDim::new_1d(FP8_TRANSPOSED_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&scale_source, scale_len),
+                group_start,
+                group_rows,
+                row_index,
+                arg(&rowwise, n / 4),
+                arg(&columnwise, n / 4),
+                arg(&scale_inv, count),
+                arg(&amax_out, count),
+                arg(&history_row, history_len),
+                rows,
+                seen.cols,
+                count,
+                src_rows,
+                scale_first,
+                scale_stride,
+                history_first,
+                history_stride,
+                config,
+            )
+        };
+    } else {
+        unsafe {
+            fp8_cast_kernel::launch_unchecked::<R>(
+                client,
+                cubes,
+                CubeDim::new_1d(FP8_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&scale_source, scale_len),
+                group_start,
+                group_rows,
+                row_index,
+                arg(&rowwise, n / 4),
+                arg(&columnwise, n / 4),
+                arg(&scale_inv, count),
+                arg(&amax_out, count),
+                arg(&history_row, history_len),
+                rows,
+                seen.cols,
+                count,
+                src_rows,
+                scale_first,
+                scale_stride,
+                history_first,
+                history_stride,
+                params.alpha,
+                params.limit,
+                params.offset,
+                config,
+            )
+        };
+    }
     let side = |codes: Handle| DirectionOutput {
         codes,
         scales: scale_inv.clone(),
