@@ -3,8 +3,8 @@
 //! Host reference: `burn_lowp::format::fp8_tensor`.
 //!
 //! Tiling: a cube covers 32 rows x 256 columns, by one of two kernels (the launcher picks):
-//! - `fp8_cast_transposed_kernel`, 16-bit inputs with a columnwise copy (no prologue): 64 units
-//!   of 16 rows x 8 columns, each column's 16 codes one 16-byte store;
+//! - `fp8_cast_transposed_kernel`, 16-bit inputs writing both copies (no prologue): 64 units of
+//!   16 rows x 8 columns, each column's 16 codes one 16-byte store;
 //! - `fp8_cast_kernel`, everything else: 256 units of 4 rows x 8 columns, 2 rowwise words per row
 //!   and one columnwise word (4 codes along M) per column. With a columnwise copy, units are
 //!   numbered row-group first, so the 8 units of a column write one contiguous 32-byte run of
@@ -324,8 +324,8 @@ fn write_scale_invs(
 pub const FP8_TRANSPOSED_UNITS: usize = 64;
 const TRANSPOSED_UNIT_ROWS: usize = 16;
 
-/// `fp8_cast_kernel` for 16-bit inputs with the transposed columnwise copy (no activation
-/// prologue): the same codes, scales and amaxes, with units of 16 rows x 8 columns shaped for the
+/// `fp8_cast_kernel` for 16-bit inputs writing the rowwise and the transposed columnwise copy (no
+/// activation prologue): the same codes, scales and amaxes, with units of 16 rows x 8 columns shaped for the
 /// transposed stores, as `fp8_block_transposed_kernel`'s. A unit loads one 16-byte vector a row
 /// (a warp reads 256 contiguous bytes from each of two rows) and stores each of its columns' 16
 /// codes as one 16-byte vector beside the other row unit's 16 (full 32-byte sectors), where the
