@@ -261,115 +261,13 @@ pub fn norm_forward_kernel<N: Size>(
     }
 }
 
-/// The unit's chunks of row `row` of dy and x into `ds` and `xs` where the row is before `end`:
-/// loads only, in flight while the unit works on the row before.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_backward_row<N: Size>(
-    dy: &Array<Vector<u32, N>>,
-    input: &Array<Vector<u32, N>>,
-    ds: &mut Array<Vector<u32, N>>,
-    xs: &mut Array<Vector<u32, N>>,
-    row: usize,
-    end: usize,
-    chunks: usize,
-    #[comptime] per_unit: usize,
-) {
-    if row < end {
-        load_row::<N>(dy, row * chunks, chunks, ds, per_unit);
-        load_row::<N>(input, row * chunks, chunks, xs, per_unit);
-    }
-}
-
-/// dx of one row from its chunks in registers (`ds`, `xs`, γ's `gs`), with
-/// `x̂ = (x - mean) · rstd` and `g = dy · γ`: LayerNorm `dx = (g - x̂ · mean(g · x̂) - mean(g)) · rstd`,
-/// RMSNorm `dx = (g - x̂ · mean(g · x̂)) · rstd`; the row's `dy · x̂` and `dy` are added to the
-/// unit's partial dγ and dβ (element i of chunk k at `k · per_chunk + i`). Uniform per cube.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn backward_row<N: Size>(
-    ds: &Array<Vector<u32, N>>,
-    xs: &Array<Vector<u32, N>>,
-    gs: &Array<Vector<u32, N>>,
-    mean: &Array<f32>,
-    rstd: &Array<f32>,
-    dx: &mut Array<Vector<u32, N>>,
-    sum_gamma: &mut Array<f32>,
-    sum_beta: &mut Array<f32>,
-    sums: &mut SharedMemory<f32>,
-    sums2: &mut SharedMemory<f32>,
-    row: usize,
-    chunks: usize,
-    cols: usize,
-    #[comptime] config: NormConfig,
-    #[comptime] layout: RowLayout,
-) {
-    let unit = UNIT_POS as usize;
-    let per_word = comptime![word_elements(config.kind)];
-    let per_chunk = comptime![layout.words * word_elements(config.kind)];
-    let n = f32::cast_from(cols);
-    let m = mean[row];
-    let r = rstd[row];
-    let mut s_gx = 0.0f32;
-    let mut s_g = 0.0f32;
-    #[unroll]
-    for k in 0..layout.per_unit {
-        if unit + k * NORM_UNITS < chunks {
-            #[unroll]
-            for w in 0..layout.words {
-                #[unroll]
-                for e in 0..per_word {
-                    let gy = vector_element::<N>(ds[k], w, e, config.kind)
-                        * gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
-                    s_gx += gy * ((vector_element::<N>(xs[k], w, e, config.kind) - m) * r);
-                    s_g += gy;
-                }
-            }
-        }
-    }
-    let c1 = row_sum(s_gx, sums, layout.planes) / n;
-    let mut c2 = 0.0f32;
-    if comptime![!config.rms] {
-        c2 = row_sum(s_g, sums2, layout.planes) / n;
-    }
-    #[unroll]
-    for k in 0..layout.per_unit {
-        let c = unit + k * NORM_UNITS;
-        if c < chunks {
-            let mut packed = Vector::<u32, N>::empty();
-            #[unroll]
-            for w in 0..layout.words {
-                let mut v = Array::<f32>::new(2usize);
-                v[1] = 0.0f32;
-                #[unroll]
-                for e in 0..per_word {
-                    let d = vector_element::<N>(ds[k], w, e, config.kind);
-                    let g = gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
-                    let x = vector_element::<N>(xs[k], w, e, config.kind);
-                    v[e] = (d * g - (x - m) * r * c1 - c2) * r;
-                    let i = comptime![k * per_chunk + w * per_word + e];
-                    sum_gamma[i] += d * ((x - m) * r);
-                    sum_beta[i] += d;
-                }
-                packed[w] = stored_word(v[0], v[1], config.kind, layout.encoder);
-            }
-            dx[row * chunks + c] = packed;
-        }
-    }
-    if comptime![config.rms] {
-        // `sums` is written again by the next row: every unit must have read it first
-        // (LayerNorm's second reduction puts a barrier between the two).
-        sync_cube();
-    }
-}
-
 /// dx, and the partial dγ (`Σ dy · x̂`) and dβ (`Σ dy`) of a block of `NORM_BLOCK_ROWS` rows, one
-/// block per cube (`backward_row` has the formulas). The cube walks its rows in order, loading a
-/// row's chunks while it works on the row before (two register buffers); a unit holds the same
-/// chunks of every row (`RowLayout`), so it keeps its columns' partial sums in registers and
-/// writes them once, f32 `[blocks, cols]`, for `column_partials_sum`. A separate partials kernel
-/// read dy and x a second time (37 µs beside the 44 µs dx kernel at 8192 x 4096 bf16 on an H100,
-/// Nsight Compute).
+/// block per cube: with `x̂ = (x - mean) · rstd` and `g = dy · γ`, LayerNorm
+/// `dx = (g - x̂ · mean(g · x̂) - mean(g)) · rstd`, RMSNorm `dx = (g - x̂ · mean(g · x̂)) · rstd`.
+/// The cube walks its rows in order; a unit holds the same chunks of every row (`RowLayout`), so
+/// it keeps its columns' partial sums in registers and writes them once, f32 `[blocks, cols]`,
+/// for `column_partials_sum`. A separate partials kernel read dy and x a second time (37 µs of
+/// the 106 µs backward at 8192 x 4096 bf16 on an H100, Nsight Compute).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn norm_backward_kernel<N: Size>(
@@ -390,15 +288,18 @@ pub fn norm_backward_kernel<N: Size>(
     let mut sums = SharedMemory::<f32>::new(NORM_UNITS);
     let mut sums2 = SharedMemory::<f32>::new(NORM_UNITS);
     let block = CUBE_POS as usize;
+    let per_word = comptime![word_elements(config.kind)];
     let per_chunk = comptime![layout.words * word_elements(config.kind)];
     let held = comptime![layout.per_unit * layout.words * word_elements(config.kind)];
     let first = block * NORM_BLOCK_ROWS;
     // Uniform per cube: the synchronizing reductions below run in every unit or in none.
     if first < rows {
         let unit = UNIT_POS as usize;
+        let n = f32::cast_from(cols);
         let end = select(first + NORM_BLOCK_ROWS < rows, first + NORM_BLOCK_ROWS, rows);
         let mut gs = Array::<Vector<u32, N>>::new(layout.per_unit);
         load_row::<N>(gamma, 0usize, chunks, &mut gs, layout.per_unit);
+        // Element i of the unit's chunk k is column `(unit + k · NORM_UNITS) · per_chunk + i`.
         let mut sum_gamma = Array::<f32>::new(held);
         let mut sum_beta = Array::<f32>::new(held);
         #[unroll]
@@ -406,27 +307,63 @@ pub fn norm_backward_kernel<N: Size>(
             sum_gamma[i] = 0.0f32;
             sum_beta[i] = 0.0f32;
         }
-        let mut da = Array::<Vector<u32, N>>::new(layout.per_unit);
-        let mut xa = Array::<Vector<u32, N>>::new(layout.per_unit);
-        let mut db = Array::<Vector<u32, N>>::new(layout.per_unit);
-        let mut xb = Array::<Vector<u32, N>>::new(layout.per_unit);
-        load_backward_row::<N>(dy, input, &mut da, &mut xa, first, end, chunks, layout.per_unit);
-        for pair in 0..comptime![NORM_BLOCK_ROWS / 2] {
-            let row0 = first + 2 * pair;
-            let row1 = row0 + 1;
-            load_backward_row::<N>(dy, input, &mut db, &mut xb, row1, end, chunks, layout.per_unit);
-            if row0 < end {
-                backward_row::<N>(
-                    &da, &xa, &gs, mean, rstd, dx, &mut sum_gamma, &mut sum_beta, &mut sums, &mut sums2, row0,
-                    chunks, cols, config, layout,
-                );
+        let mut ds = Array::<Vector<u32, N>>::new(layout.per_unit);
+        let mut xs = Array::<Vector<u32, N>>::new(layout.per_unit);
+        for row in first..end {
+            load_row::<N>(dy, row * chunks, chunks, &mut ds, layout.per_unit);
+            load_row::<N>(input, row * chunks, chunks, &mut xs, layout.per_unit);
+            let m = mean[row];
+            let r = rstd[row];
+            let mut s_gx = 0.0f32;
+            let mut s_g = 0.0f32;
+            #[unroll]
+            for k in 0..layout.per_unit {
+                if unit + k * NORM_UNITS < chunks {
+                    #[unroll]
+                    for w in 0..layout.words {
+                        #[unroll]
+                        for e in 0..per_word {
+                            let gy = vector_element::<N>(ds[k], w, e, config.kind)
+                                * gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                            s_gx += gy * ((vector_element::<N>(xs[k], w, e, config.kind) - m) * r);
+                            s_g += gy;
+                        }
+                    }
+                }
             }
-            load_backward_row::<N>(dy, input, &mut da, &mut xa, row1 + 1, end, chunks, layout.per_unit);
-            if row1 < end {
-                backward_row::<N>(
-                    &db, &xb, &gs, mean, rstd, dx, &mut sum_gamma, &mut sum_beta, &mut sums, &mut sums2, row1,
-                    chunks, cols, config, layout,
-                );
+            let c1 = row_sum(s_gx, &mut sums, layout.planes) / n;
+            let mut c2 = 0.0f32;
+            if comptime![!config.rms] {
+                c2 = row_sum(s_g, &mut sums2, layout.planes) / n;
+            }
+            #[unroll]
+            for k in 0..layout.per_unit {
+                let c = unit + k * NORM_UNITS;
+                if c < chunks {
+                    let mut packed = Vector::<u32, N>::empty();
+                    #[unroll]
+                    for w in 0..layout.words {
+                        let mut v = Array::<f32>::new(2usize);
+                        v[1] = 0.0f32;
+                        #[unroll]
+                        for e in 0..per_word {
+                            let d = vector_element::<N>(ds[k], w, e, config.kind);
+                            let g = gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                            let x = vector_element::<N>(xs[k], w, e, config.kind);
+                            v[e] = (d * g - (x - m) * r * c1 - c2) * r;
+                            let i = comptime![k * per_chunk + w * per_word + e];
+                            sum_gamma[i] += d * ((x - m) * r);
+                            sum_beta[i] += d;
+                        }
+                        packed[w] = stored_word(v[0], v[1], config.kind, layout.encoder);
+                    }
+                    dx[row * chunks + c] = packed;
+                }
+            }
+            if comptime![config.rms] {
+                // `sums` is written again by the next row: every unit must have read it first
+                // (LayerNorm's second reduction has a barrier between the two).
+                sync_cube();
             }
         }
         #[unroll]
