@@ -5,10 +5,10 @@
 //! with a fixed reduction order, writes `y = (x - mean) · rstd · γ (+ β)` in x's dtype, saves mean
 //! and rstd, and can take the amax of the stored `y` for the FP8 current-scaling quantizer that
 //! reads it next, which then skips its own amax pass (`TensorScaling::CurrentFromAmax`).
-//! Backward: one cube per block of `NORM_BLOCK_ROWS` rows writes dx row by row and, in the same
-//! pass, the block's partial dγ and dβ (column sums over its rows), which are then summed over
-//! blocks (`column_partials_sum`): no thread walks every row, which is what makes Burn's
-//! `sum_dim(0)` slow on tall matrices (`src/ops/row_reduce.rs`).
+//! Backward: one cube per row writes dx; dγ and dβ are column sums over rows, taken in blocks of
+//! `NORM_BLOCK_ROWS` rows by (block, column pair) units and then summed over blocks
+//! (`column_partials_sum`): no thread walks every row, which is what makes Burn's `sum_dim(0)`
+//! slow on tall matrices (`src/ops/row_reduce.rs`).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -16,14 +16,14 @@ use cubecl::server::Handle;
 use crate::activation::{chunk_elements, chunk_words};
 use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, fp8_encoder, KernelError};
-use crate::pairs::{packed_amax, stored_word, vector_element, word_elements};
+use crate::pairs::{vector_element, stored_word, load_pair, packed_amax, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::{cube_max_into, cube_sum, planes_of_32};
 
 /// Units per cube of the row kernels.
 pub const NORM_UNITS: usize = 256;
-/// Rows per cube of the norm backward, whose dγ / dβ partial sums are per block of these rows.
-pub const NORM_BLOCK_ROWS: usize = 32;
+/// Rows per block of the dγ / dβ partial sums.
+pub const NORM_BLOCK_ROWS: usize = 64;
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct NormConfig {
@@ -261,13 +261,9 @@ pub fn norm_forward_kernel<N: Size>(
     }
 }
 
-/// dx, and the partial dγ (`Σ dy · x̂`) and dβ (`Σ dy`) of a block of `NORM_BLOCK_ROWS` rows, one
-/// block per cube: with `x̂ = (x - mean) · rstd` and `g = dy · γ`, LayerNorm
-/// `dx = (g - x̂ · mean(g · x̂) - mean(g)) · rstd`, RMSNorm `dx = (g - x̂ · mean(g · x̂)) · rstd`.
-/// The cube walks its rows in order; a unit holds the same chunks of every row (`RowLayout`), so
-/// it keeps its columns' partial sums in registers and writes them once, f32 `[blocks, cols]`,
-/// for `column_partials_sum`. A separate partials kernel read dy and x a second time (37 µs of
-/// the 106 µs backward at 8192 x 4096 bf16 on an H100, Nsight Compute).
+/// dx of one row per cube: with `x̂ = (x - mean) · rstd` and `g = dy · γ`,
+/// LayerNorm `dx = (g - x̂ · mean(g · x̂) - mean(g)) · rstd`, RMSNorm `dx = (g - x̂ · mean(g · x̂)) · rstd`.
+/// dy, x and γ of the unit's chunks are read once into registers, as in `norm_forward_kernel`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn norm_backward_kernel<N: Size>(
@@ -277,8 +273,6 @@ pub fn norm_backward_kernel<N: Size>(
     mean: &Array<f32>,
     rstd: &Array<f32>,
     dx: &mut Array<Vector<u32, N>>,
-    partial_gamma: &mut Array<f32>,
-    partial_beta: &mut Array<f32>,
     rows: usize,
     chunks: usize,
     cols: usize,
@@ -287,98 +281,104 @@ pub fn norm_backward_kernel<N: Size>(
 ) {
     let mut sums = SharedMemory::<f32>::new(NORM_UNITS);
     let mut sums2 = SharedMemory::<f32>::new(NORM_UNITS);
-    let block = CUBE_POS as usize;
+    let row = CUBE_POS as usize;
     let per_word = comptime![word_elements(config.kind)];
-    let per_chunk = comptime![layout.words * word_elements(config.kind)];
-    let held = comptime![layout.per_unit * layout.words * word_elements(config.kind)];
-    let first = block * NORM_BLOCK_ROWS;
-    // Uniform per cube: the synchronizing reductions below run in every unit or in none.
-    if first < rows {
+    if row < rows {
         let unit = UNIT_POS as usize;
         let n = f32::cast_from(cols);
-        let end = select(first + NORM_BLOCK_ROWS < rows, first + NORM_BLOCK_ROWS, rows);
-        let mut gs = Array::<Vector<u32, N>>::new(layout.per_unit);
-        load_row::<N>(gamma, 0usize, chunks, &mut gs, layout.per_unit);
-        // Element i of the unit's chunk k is column `(unit + k · NORM_UNITS) · per_chunk + i`.
-        let mut sum_gamma = Array::<f32>::new(held);
-        let mut sum_beta = Array::<f32>::new(held);
-        #[unroll]
-        for i in 0..held {
-            sum_gamma[i] = 0.0f32;
-            sum_beta[i] = 0.0f32;
-        }
         let mut ds = Array::<Vector<u32, N>>::new(layout.per_unit);
         let mut xs = Array::<Vector<u32, N>>::new(layout.per_unit);
-        for row in first..end {
-            load_row::<N>(dy, row * chunks, chunks, &mut ds, layout.per_unit);
-            load_row::<N>(input, row * chunks, chunks, &mut xs, layout.per_unit);
-            let m = mean[row];
-            let r = rstd[row];
-            let mut s_gx = 0.0f32;
-            let mut s_g = 0.0f32;
-            #[unroll]
-            for k in 0..layout.per_unit {
-                if unit + k * NORM_UNITS < chunks {
+        let mut gs = Array::<Vector<u32, N>>::new(layout.per_unit);
+        load_row::<N>(dy, row * chunks, chunks, &mut ds, layout.per_unit);
+        load_row::<N>(input, row * chunks, chunks, &mut xs, layout.per_unit);
+        load_row::<N>(gamma, 0usize, chunks, &mut gs, layout.per_unit);
+        let m = mean[row];
+        let r = rstd[row];
+        let mut s_gx = 0.0f32;
+        let mut s_g = 0.0f32;
+        #[unroll]
+        for k in 0..layout.per_unit {
+            if unit + k * NORM_UNITS < chunks {
+                #[unroll]
+                for w in 0..layout.words {
                     #[unroll]
-                    for w in 0..layout.words {
-                        #[unroll]
-                        for e in 0..per_word {
-                            let gy = vector_element::<N>(ds[k], w, e, config.kind)
-                                * gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
-                            s_gx += gy * ((vector_element::<N>(xs[k], w, e, config.kind) - m) * r);
-                            s_g += gy;
-                        }
+                    for e in 0..per_word {
+                        let gy = vector_element::<N>(ds[k], w, e, config.kind)
+                            * gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                        s_gx += gy * ((vector_element::<N>(xs[k], w, e, config.kind) - m) * r);
+                        s_g += gy;
                     }
                 }
             }
-            let c1 = row_sum(s_gx, &mut sums, layout.planes) / n;
-            let mut c2 = 0.0f32;
-            if comptime![!config.rms] {
-                c2 = row_sum(s_g, &mut sums2, layout.planes) / n;
-            }
-            #[unroll]
-            for k in 0..layout.per_unit {
-                let c = unit + k * NORM_UNITS;
-                if c < chunks {
-                    let mut packed = Vector::<u32, N>::empty();
-                    #[unroll]
-                    for w in 0..layout.words {
-                        let mut v = Array::<f32>::new(2usize);
-                        v[1] = 0.0f32;
-                        #[unroll]
-                        for e in 0..per_word {
-                            let d = vector_element::<N>(ds[k], w, e, config.kind);
-                            let g = gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
-                            let x = vector_element::<N>(xs[k], w, e, config.kind);
-                            v[e] = (d * g - (x - m) * r * c1 - c2) * r;
-                            let i = comptime![k * per_chunk + w * per_word + e];
-                            sum_gamma[i] += d * ((x - m) * r);
-                            sum_beta[i] += d;
-                        }
-                        packed[w] = stored_word(v[0], v[1], config.kind, layout.encoder);
-                    }
-                    dx[row * chunks + c] = packed;
-                }
-            }
-            if comptime![config.rms] {
-                // `sums` is written again by the next row: every unit must have read it first
-                // (LayerNorm's second reduction has a barrier between the two).
-                sync_cube();
-            }
+        }
+        let c1 = row_sum(s_gx, &mut sums, layout.planes) / n;
+        let mut c2 = 0.0f32;
+        if comptime![!config.rms] {
+            c2 = row_sum(s_g, &mut sums2, layout.planes) / n;
         }
         #[unroll]
         for k in 0..layout.per_unit {
             let c = unit + k * NORM_UNITS;
             if c < chunks {
+                let mut packed = Vector::<u32, N>::empty();
                 #[unroll]
-                for i in 0..per_chunk {
-                    let at = block * cols + c * per_chunk + i;
-                    partial_gamma[at] = sum_gamma[k * per_chunk + i];
-                    if comptime![config.beta] {
-                        partial_beta[at] = sum_beta[k * per_chunk + i];
+                for w in 0..layout.words {
+                    let mut v = Array::<f32>::new(2usize);
+                    v[1] = 0.0f32;
+                    #[unroll]
+                    for e in 0..per_word {
+                        let d = vector_element::<N>(ds[k], w, e, config.kind);
+                        let g = gamma_value(vector_element::<N>(gs[k], w, e, config.kind), config);
+                        let x = vector_element::<N>(xs[k], w, e, config.kind);
+                        v[e] = (d * g - (x - m) * r * c1 - c2) * r;
                     }
+                    packed[w] = stored_word(v[0], v[1], config.kind, layout.encoder);
                 }
+                dx[row * chunks + c] = packed;
             }
+        }
+    }
+}
+
+/// Partial dγ (`Σ dy · x̂`) and dβ (`Σ dy`) over one block of rows per cube row, f32
+/// `[blocks, cols]`; a unit owns one column pair.
+#[cube(launch_unchecked)]
+pub fn norm_param_partials_kernel(
+    dy: &Array<u32>,
+    input: &Array<u32>,
+    mean: &Array<f32>,
+    rstd: &Array<f32>,
+    dgamma: &mut Array<f32>,
+    dbeta: &mut Array<f32>,
+    rows: usize,
+    cols: usize,
+    #[comptime] config: NormConfig,
+) {
+    let p = CUBE_POS_X as usize * NORM_UNITS + UNIT_POS as usize;
+    let block = CUBE_POS_Y as usize;
+    let col = 2 * p;
+    if col < cols {
+        let first = block * NORM_BLOCK_ROWS;
+        let end = select(first + NORM_BLOCK_ROWS < rows, first + NORM_BLOCK_ROWS, rows);
+        let mut ga = 0.0f32;
+        let mut gb = 0.0f32;
+        let mut ba = 0.0f32;
+        let mut bb = 0.0f32;
+        for row in first..end {
+            let (da, db) = load_pair(dy, row * cols + col, config.kind);
+            let (xa, xb) = load_pair(input, row * cols + col, config.kind);
+            let m = mean[row];
+            let r = rstd[row];
+            ga += da * ((xa - m) * r);
+            gb += db * ((xb - m) * r);
+            ba += da;
+            bb += db;
+        }
+        dgamma[block * cols + col] = ga;
+        dgamma[block * cols + col + 1] = gb;
+        if comptime![config.beta] {
+            dbeta[block * cols + col] = ba;
+            dbeta[block * cols + col + 1] = bb;
         }
     }
 }
@@ -511,17 +511,10 @@ pub fn norm_backward<R: Runtime>(
     };
     let dx = client.empty(dy.bytes());
     let (layout, chunks) = RowLayout::new(client, cols, dy.kind);
-    let blocks = rows.div_ceil(NORM_BLOCK_ROWS);
-    let partial_gamma = client.empty(4 * blocks * cols);
-    let partial_beta = if config.beta {
-        client.empty(4 * blocks * cols)
-    } else {
-        client.empty(16)
-    };
     unsafe {
         norm_backward_kernel::launch_unchecked::<R>(
             client,
-            cubecl::server::CubeCountSelection::new(client, blocks as u32).cube_count(),
+            cubecl::server::CubeCountSelection::new(client, rows as u32).cube_count(),
             CubeDim::new_1d(NORM_UNITS as u32),
             layout.words,
             dy.arg(),
@@ -530,13 +523,38 @@ pub fn norm_backward<R: Runtime>(
             arg(mean, rows),
             arg(rstd, rows),
             arg(&dx, dy.words()),
-            arg(&partial_gamma, blocks * cols),
-            arg(&partial_beta, if config.beta { blocks * cols } else { 4 }),
             rows,
             chunks,
             cols,
             config,
             layout,
+        )
+    };
+    let blocks = rows.div_ceil(NORM_BLOCK_ROWS);
+    let partial_gamma = client.empty(4 * blocks * cols);
+    let partial_beta = if config.beta {
+        client.empty(4 * blocks * cols)
+    } else {
+        client.empty(16)
+    };
+    unsafe {
+        norm_param_partials_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                (cols / 2).div_ceil(NORM_UNITS) as u32,
+                blocks as u32,
+                1,
+            ),
+            CubeDim::new_1d(NORM_UNITS as u32),
+            dy.arg(),
+            arg(x, dy.words()),
+            arg(mean, rows),
+            arg(rstd, rows),
+            arg(&partial_gamma, blocks * cols),
+            arg(&partial_beta, if config.beta { blocks * cols } else { 4 }),
+            rows,
+            cols,
+            config,
         )
     };
     let dgamma = column_partials_sum(client, &partial_gamma, blocks, cols);
