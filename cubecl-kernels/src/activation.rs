@@ -16,7 +16,7 @@ use cubecl::server::Handle;
 use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, KernelError};
 use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::{vector_element, stored_word, packed_amax, word_elements};
+use crate::pairs::{packed_amax, stored_word, vector_element, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::cube_max_into;
 

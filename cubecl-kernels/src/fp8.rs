@@ -119,11 +119,9 @@ pub fn fp8_cast_kernel<N: Size>(
     let col0 = CUBE_POS_X as usize * FP8_TILE_COLS + strip * 8;
     let active = row0 < rows && col0 < cols;
 
-    let (g, g_start, g_rows) =
-        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
-    let in_group = tile_row0 - g_start < g_rows;
-
-    let scale = group_scale(scale_source, g, groups, scale_first, scale_stride, config, FP8_UNITS);
+    let (g, g_start, g_rows, in_group, scale) = tile_group_and_scale(
+        scale_source, group_start, group_rows, rows, groups, scale_first, scale_stride, tile_row0, config, FP8_UNITS,
+    );
 
     let mut local_amax = 0u32;
     if active {
@@ -218,6 +216,31 @@ pub fn fp8_cast_kernel<N: Size>(
     if CUBE_POS == 0 {
         write_scale_invs(scale, scale_source, scale_inv_out, groups, scale_first, scale_stride, config, FP8_UNITS);
     }
+}
+
+/// The group of the tile starting at row `tile_row0` as `(g, first row, rows)`, whether the tile
+/// lies inside it (a tile past the last group, the zero tail, has no columnwise place), and the
+/// scale its codes take (`group_scale`). Uniform per cube: a tile lies in one group (groups are
+/// multiples of 32 rows).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn tile_group_and_scale(
+    scale_source: &Array<u32>,
+    group_start: &Array<u32>,
+    group_rows: &Array<u32>,
+    rows: usize,
+    groups: usize,
+    scale_first: usize,
+    scale_stride: usize,
+    tile_row0: usize,
+    #[comptime] config: Fp8CastConfig,
+    #[comptime] units: usize,
+) -> (usize, usize, usize, bool, f32) {
+    let (g, g_start, g_rows) =
+        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
+    let in_group = tile_row0 - g_start < g_rows;
+    let scale = group_scale(scale_source, g, groups, scale_first, scale_stride, config, units);
+    (g, g_start, g_rows, in_group, scale)
 }
 
 /// The scale group `g`'s codes are multiplied by: from its amax (current scaling) or its delayed
@@ -364,10 +387,18 @@ pub fn fp8_cast_transposed_kernel<N: Size>(
     // Rows and columns are multiples of 16 (`fp8_cast_matrix`): an active unit is whole.
     let active = row0 < rows && col0 < cols;
 
-    let (g, g_start, g_rows) =
-        group_of_row(group_start, group_rows, groups, rows, tile_row0, config.grouped);
-    let in_group = tile_row0 - g_start < g_rows;
-    let scale = group_scale(scale_source, g, groups, scale_first, scale_stride, config, FP8_TRANSPOSED_UNITS);
+    let (g, g_start, g_rows, in_group, scale) = tile_group_and_scale(
+        scale_source,
+        group_start,
+        group_rows,
+        rows,
+        groups,
+        scale_first,
+        scale_stride,
+        tile_row0,
+        config,
+        FP8_TRANSPOSED_UNITS,
+    );
 
     let mut local_amax = 0u32;
     if active {

@@ -16,7 +16,7 @@ use cubecl::server::Handle;
 use crate::activation::{chunk_elements, chunk_words};
 use crate::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, fp8_encoder, KernelError};
-use crate::pairs::{vector_element, stored_word, load_pair, packed_amax, word_elements};
+use crate::pairs::{load_pair, packed_amax, stored_word, vector_element, word_elements};
 use crate::partial_sums::column_partials_sum;
 use crate::reduce::{cube_max_into, cube_sum, planes_of_32};
 
