@@ -1,8 +1,8 @@
 //! Fused, differentiable stand-ins for elementwise blocks a Burn model builds from tensor ops:
 //! one kernel forward and one backward each on CubeCL backends (`ops/norm_op.rs`,
 //! `ops/activation_op.rs`), the same Burn-op arithmetic in f32 elsewhere. Every kernel launch
-//! costs host time, and a small model's training step is bound by it (README, "What bounds the
-//! step"), so these keep Burn's modules and parameters and only replace how they run:
+//! costs host time, and a small model's training step is bound by it (MEASUREMENTS.md, "What
+//! bounds the step"), so these keep Burn's modules and parameters and only replace how they run:
 //!
 //! ```text
 //! let h = burn_lowp::nn::fused::rms_norm(&self.norm, x)?; // instead of self.norm.forward(x)
