@@ -2,6 +2,7 @@
 //! scales. Each function mirrors `burn_lowp::format::codec` step for step, with u32 arithmetic on
 //! the bit patterns, so that every runtime produces the reference's bytes.
 
+use crate::pairs::vector_element;
 use cubecl::prelude::*;
 use cubecl::{e4m3, e5m2};
 
@@ -93,7 +94,8 @@ pub fn f16_bits_to_f32(h: u32) -> f32 {
 }
 
 /// Element `i` (0..8, comptime) of an 8-element chunk held in `w` (four words: 8 halves, or the
-/// first four f32 of the chunk) and `w2` (the last four f32; unused for 16-bit kinds).
+/// first four f32 of the chunk) and `w2` (the last four f32; unused for 16-bit kinds), decoded by
+/// `pairs::vector_element`.
 #[cube]
 pub fn chunk_element<N: Size>(
     w: Vector<u32, N>,
@@ -101,30 +103,12 @@ pub fn chunk_element<N: Size>(
     #[comptime] i: usize,
     #[comptime] kind: ElemKind,
 ) -> f32 {
-    match kind {
-        ElemKind::F32 => {
-            if comptime![i < 4] {
-                f32::reinterpret(w[i])
-            } else {
-                f32::reinterpret(w2[i - 4])
-            }
-        }
-        ElemKind::BF16 => {
-            let word = w[i / 2];
-            if comptime![i % 2 == 0] {
-                f32::reinterpret(word << 16u32)
-            } else {
-                f32::reinterpret(word & 0xFFFF_0000u32)
-            }
-        }
-        ElemKind::F16 => {
-            let word = w[i / 2];
-            if comptime![i % 2 == 0] {
-                f16_bits_to_f32(word & 0xFFFFu32)
-            } else {
-                f16_bits_to_f32(word >> 16u32)
-            }
-        }
+    if comptime![kind != ElemKind::F32] {
+        vector_element::<N>(w, comptime![i / 2], comptime![i % 2], kind)
+    } else if comptime![i < 4] {
+        vector_element::<N>(w, i, 0usize, kind)
+    } else {
+        vector_element::<N>(w2, comptime![i - 4], 0usize, kind)
     }
 }
 
