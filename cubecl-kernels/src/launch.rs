@@ -689,68 +689,47 @@ fn fp8_cast<R: Runtime>(
         ceil_div(rows, FP8_TILE_ROWS) as u32,
         1,
     );
+    // Both kernels take the same arguments, the activation's parameters last (the transposed
+    // kernel has no prologue, so none).
+    macro_rules! launch_cast {
+        ($kernel:ident, $units:expr $(, $activation:expr)*) => {
+            unsafe {
+                $kernel::launch_unchecked::<R>(
+                    client,
+                    cubes,
+                    CubeDim::new_1d($units as u32),
+                    INPUT_VECTOR,
+                    x.arg(),
+                    arg(&scale_source, scale_len),
+                    group_start,
+                    group_rows,
+                    row_index,
+                    arg(&rowwise, n / 4),
+                    arg(&columnwise, n / 4),
+                    arg(&scale_inv, count),
+                    arg(&amax_out, count),
+                    arg(&history_row, history_len),
+                    rows,
+                    seen.cols,
+                    count,
+                    src_rows,
+                    scale_first,
+                    scale_stride,
+                    history_first,
+                    history_stride,
+                    $($activation,)*
+                    config,
+                )
+            }
+        };
+    }
     if directions.rowwise && directions.columnwise && x.kind != ElemKind::F32 && prologue.is_none() {
         // 16-bit input, both copies: units shaped for the transposed stores. On an H100 (stop 44,
         // A/B in turns) it wrote both copies of 16384 x 8192 bf16 in 201.9 µs against 208.0 (current
         // scaling 293.5 against 306.0), but the columnwise copy alone in 148.3 against 146.0 µs.
-        unsafe {
-            fp8_cast_transposed_kernel::launch_unchecked::<R>(
-                client,
-                cubes,
-                CubeDim::new_1d(FP8_TRANSPOSED_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                arg(&scale_source, scale_len),
-                group_start,
-                group_rows,
-                row_index,
-                arg(&rowwise, n / 4),
-                arg(&columnwise, n / 4),
-                arg(&scale_inv, count),
-                arg(&amax_out, count),
-                arg(&history_row, history_len),
-                rows,
-                seen.cols,
-                count,
-                src_rows,
-                scale_first,
-                scale_stride,
-                history_first,
-                history_stride,
-                config,
-            )
-        };
+        launch_cast!(fp8_cast_transposed_kernel, FP8_TRANSPOSED_UNITS);
     } else {
-        unsafe {
-            fp8_cast_kernel::launch_unchecked::<R>(
-                client,
-                cubes,
-                CubeDim::new_1d(FP8_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                arg(&scale_source, scale_len),
-                group_start,
-                group_rows,
-                row_index,
-                arg(&rowwise, n / 4),
-                arg(&columnwise, n / 4),
-                arg(&scale_inv, count),
-                arg(&amax_out, count),
-                arg(&history_row, history_len),
-                rows,
-                seen.cols,
-                count,
-                src_rows,
-                scale_first,
-                scale_stride,
-                history_first,
-                history_stride,
-                params.alpha,
-                params.limit,
-                params.offset,
-                config,
-            )
-        };
+        launch_cast!(fp8_cast_kernel, FP8_UNITS, params.alpha, params.limit, params.offset);
     }
     let side = |codes: Handle| DirectionOutput {
         codes,
