@@ -186,16 +186,15 @@ fn main() {
                     if !selected(&format!("{name} {encoder} {usage_name}")) {
                         continue;
                     }
-                    // MXFP8 and FP8 block columnwise cases, MXFP8's 1D rowwise-only case and
-                    // every NVFP4 case run the launcher's kernel, then the kernel it replaced
-                    // there ("kernel": "tile"; for MXFP8 rowwise, `mxfp8_rowwise_kernel`).
+                    // MXFP8 and FP8 block columnwise cases and every NVFP4 case run the
+                    // launcher's kernel, then the tile kernel it replaced there
+                    // ("kernel": "tile").
                     let tile_too = !integer
                         && ((usage.columnwise
                             && matches!(
                                 config,
                                 FormatConfig::Mxfp8(_) | FormatConfig::Fp8Block(_)
                             ))
-                            || matches!(config, FormatConfig::Mxfp8(c) if !c.block_2d && !usage.columnwise)
                             || matches!(config, FormatConfig::Nvfp4(_)));
                     for kernel in ["launcher", "tile"] {
                         if kernel == "tile" && !tile_too {

@@ -25,14 +25,13 @@ use crate::fp8_block::{
     TRANSPOSED_UNITS,
 };
 use crate::mxfp8::{
-    mxfp8_kernel, mxfp8_rowwise_kernel, mxfp8_rowwise_plane_kernel, mxfp8_strip_kernel, Mxfp8Config,
-    MX_PLANE_ROWS_PER_UNIT, MX_STRIP_TILE_COLS, MX_STRIP_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
+    mxfp8_kernel, mxfp8_rowwise_kernel, mxfp8_strip_kernel, Mxfp8Config, MX_STRIP_TILE_COLS,
+    MX_STRIP_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
 };
 use crate::nvfp4::{
     nvfp4_kernel, nvfp4_rowwise_kernel, nvfp4_strip_kernel, Nvfp4KernelConfig,
     NV_ROWWISE_ELEMENTS, NV_STRIP_TILE_COLS, NV_STRIP_TILE_ROWS, NV_STRIP_UNITS, NV_TILE, NV_UNITS,
 };
-use crate::reduce::planes_of_32;
 use crate::scale::ScaleRule;
 use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
 
@@ -67,11 +66,9 @@ thread_local! {
 /// Makes MXFP8, FP8 block and NVFP4 quantization launched from this thread use their tile
 /// kernels (`mxfp8_kernel`, `fp8_block_kernel`, `nvfp4_kernel`) for every case they take (`false`:
 /// the launcher's choice again, which takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel`
-/// / `nvfp4_strip_kernel` for most 16-bit cases, `nvfp4_rowwise_kernel` for NVFP4's 1D
-/// rowwise-only casts, and `mxfp8_rowwise_plane_kernel` for MXFP8's where planes are 32 lanes
-/// wide; forced, MXFP8's 1D rowwise-only casts take `mxfp8_rowwise_kernel`). For benchmarks and
-/// tests comparing them; all give the same bytes. Per thread, so that a test forcing it does not
-/// change the kernels of tests running beside it.
+/// / `nvfp4_strip_kernel` for most 16-bit cases, and `nvfp4_rowwise_kernel` for NVFP4's 1D
+/// rowwise-only casts). For benchmarks and tests comparing them; all give the same bytes. Per
+/// thread, so that a test forcing it does not change the kernels of tests running beside it.
 pub fn force_tile_quantize_kernels(force: bool) {
     TILE_QUANTIZE_KERNELS.with(|f| f.set(force));
 }
@@ -943,25 +940,6 @@ pub fn quantize_mxfp8<R: Runtime>(
                 config,
                 directions.rowwise,
                 directions.columnwise,
-            )
-        };
-    } else if directions.rowwise && !directions.columnwise && !block_2d && planes_of_32(client) && !tile_kernels_forced() {
-        // Rowwise only with 1D blocks, planes of 32: units of 8 columns along a row, a block's
-        // amax by shuffles.
-        let units = x.rows / MX_PLANE_ROWS_PER_UNIT * (x.cols / 8);
-        unsafe {
-            mxfp8_rowwise_plane_kernel::launch_unchecked::<R>(
-                client,
-                linear_cubes(client, units.div_ceil(MX_ROWWISE_UNITS)),
-                CubeDim::new_1d(MX_ROWWISE_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                arg(&rowwise, n / 4),
-                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
-                x.rows,
-                x.cols,
-                flags,
-                config,
             )
         };
     } else if directions.rowwise && !directions.columnwise && !block_2d {

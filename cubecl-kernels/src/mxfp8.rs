@@ -1,13 +1,11 @@
 //! MXFP8: E8M0 scales per 1x32 (rowwise), 32x1 (columnwise) or 32x32 (2D) block, both directions
 //! from one read. Host reference: `burn_lowp::format::mxfp8`.
 //!
-//! Four kernels, chosen by the launcher from the directions, block shape and input type:
+//! Three kernels, chosen by the launcher from the directions, block shape and input type:
 //! - `mxfp8_kernel` (every case; the launcher takes it for f32 inputs): a cube of 128 units covers one 32-row
 //!   block x 128 columns; each unit owns 4 rows x 8 columns. Block amaxes go through shared
 //!   memory in two steps (per-unit partials, then one unit per block).
-//! - `mxfp8_rowwise_kernel` (rowwise only, 1D): one unit per 1x32 block, no shared memory;
-//!   `mxfp8_rowwise_plane_kernel` in its place where planes are 32 lanes wide (CUDA): units of
-//!   8 columns along a row, a block's amax by warp shuffles.
+//! - `mxfp8_rowwise_kernel` (rowwise only, 1D): one unit per 1x32 block, no shared memory.
 //! - `mxfp8_strip_kernel` (16-bit inputs: columnwise with or without rowwise, and 2D blocks in
 //!   any direction): one unit per 32x4 column strip, column amaxes in registers.
 //!
@@ -304,75 +302,6 @@ pub fn mxfp8_rowwise_kernel<N: Size>(
                 packed[w] = pack4(&block_codes, half * 16 + w * 4);
             }
             codes[start / 16 + half] = packed;
-        }
-    }
-}
-
-/// Rows a unit of `mxfp8_rowwise_plane_kernel` quantizes (one 8-column chunk of each).
-pub const MX_PLANE_ROWS_PER_UNIT: usize = 4;
-
-/// `mxfp8_rowwise_kernel` where planes are 32 lanes wide (CUDA, `planes_of_32`): one unit per 8
-/// columns of 4 rows, the 32 units of a warp side by side along one row, so each load of a warp
-/// reads 512 contiguous bytes of 16-bit input and each store writes 256 bytes of codes, where
-/// one unit per 64-byte block made a warp's load touch 32 separate runs. A 1x32 block spans 4
-/// adjacent units (`cols / 8` is a multiple of 4, so they sit in one plane); its amax is their
-/// max by two xor shuffles. A max is exact in any order, so codes and scales are
-/// `mxfp8_rowwise_kernel`'s bit for bit. Every unit reaches the shuffles (units past the last
-/// row, which come in whole blocks, take zeros and store nothing).
-#[cube(launch_unchecked)]
-pub fn mxfp8_rowwise_plane_kernel<N: Size>(
-    input: &Array<Vector<u32, N>>,
-    codes: &mut Array<u32>,
-    scales: &mut Array<u8>,
-    rows: usize,
-    cols: usize,
-    flags: u32,
-    #[comptime] config: Mxfp8Config,
-) {
-    let chunks_per_row = cols / 8;
-    let unit = ABSOLUTE_POS;
-    let chunk = unit % chunks_per_row;
-    let row0 = unit / chunks_per_row * MX_PLANE_ROWS_PER_UNIT;
-    let col0 = chunk * 8;
-    let active = row0 < rows;
-    let mut values = Array::<f32>::new(32usize);
-    if active {
-        #[unroll]
-        for i in 0..4usize {
-            load_chunk::<N>(input, (row0 + i) * cols + col0, &mut values, i * 8, config.kind);
-        }
-    } else {
-        #[unroll]
-        for i in 0..32usize {
-            values[i] = 0.0f32;
-        }
-    }
-    let reciprocal_max = f32::new(comptime![f32::from_bits(config.reciprocal_max_bits)]);
-    let scale_cols = padded_row_scale_cols(cols);
-    let swizzled = (flags & SWIZZLED) != 0u32;
-    let mut chunk_codes = Array::<u32>::new(8usize);
-    #[unroll]
-    for i in 0..4usize {
-        let mut amax = 0u32;
-        #[unroll]
-        for j in 0..8usize {
-            amax = max(amax, abs_bits_for_amax(values[i * 8 + j]));
-        }
-        amax = max(amax, plane_shuffle_xor(amax, 1u32));
-        amax = max(amax, plane_shuffle_xor(amax, 2u32));
-        let e = float_to_e8m0(f32::reinterpret(amax) * reciprocal_max);
-        let multiplier = e8m0_reciprocal(e);
-        #[unroll]
-        for j in 0..8usize {
-            chunk_codes[j] = encode_fp8_by(values[i * 8 + j] * multiplier, config.fp8, config.encoder);
-        }
-        if active {
-            if chunk % 4 == 0 {
-                scales[scale_index(row0 + i, chunk / 4, scale_cols, swizzled)] = u8::cast_from(e);
-            }
-            let word = ((row0 + i) * cols + col0) / 4;
-            codes[word] = pack4(&chunk_codes, 0);
-            codes[word + 1] = pack4(&chunk_codes, 4);
         }
     }
 }

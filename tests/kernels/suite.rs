@@ -207,10 +207,9 @@ pub fn check_amax_over_many_chunks_per_unit<B: LowpBackend>(device: &B::Device, 
 }
 
 /// The launcher takes `mxfp8_strip_kernel` / `fp8_block_transposed_kernel` /
-/// `nvfp4_strip_kernel` for columnwise 16-bit cases (`nvfp4_rowwise_kernel` for NVFP4's 1D
-/// rowwise casts, `mxfp8_rowwise_plane_kernel` for MXFP8's on CUDA) and keeps the tile kernels
-/// for the rest; forced on this test's thread, the tile kernels (and `mxfp8_rowwise_kernel`)
-/// must give the reference's bytes for every MXFP8, FP8 block and NVFP4 case too.
+/// `nvfp4_strip_kernel` for columnwise 16-bit cases (and `nvfp4_rowwise_kernel` for NVFP4's 1D
+/// rowwise casts) and keeps the tile kernels for the rest; forced on this test's thread, the tile
+/// kernels must give the reference's bytes for every MXFP8, FP8 block and NVFP4 case too.
 pub fn check_tile_quantize_kernels_match_reference<B: LowpBackend>(
     device: &B::Device,
     dtypes: &[InputDtype],
