@@ -867,9 +867,16 @@ pub fn nvfp4_scale_shapes(rows: usize, cols: usize) -> ([usize; 2], [usize; 2]) 
     )
 }
 
-/// A zeroed byte buffer for `[r, c]` scales (padding cells must read 0).
-fn scale_bytes<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 2]) -> Handle {
-    filled(client, shape[0] * shape[1] / 4, 0)
+/// A byte buffer for `[r, c]` scales of which the kernel writes the cells of `written` (rows,
+/// columns): zeroed where the shape has padding cells (they must read 0) or `written` is not
+/// known (`None`), left as allocated where it has none, since every byte is written and the
+/// fill would be a launch and a pass of its own (4 MiB for 16384 x 8192 MXFP8).
+fn scale_bytes<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 2], written: Option<[usize; 2]>) -> Handle {
+    if written == Some(shape) {
+        client.empty((shape[0] * shape[1]).max(4))
+    } else {
+        filled(client, shape[0] * shape[1] / 4, 0)
+    }
 }
 
 /// MXFP8, E4M3 or E5M2 elements. Needs `M % 32 == 0` and `K % 32 == 0`.
@@ -890,7 +897,7 @@ pub fn quantize_mxfp8<R: Runtime>(
         dummy(client)
     };
     let rowwise_scales = if directions.rowwise {
-        scale_bytes(client, row_shape)
+        scale_bytes(client, row_shape, Some([x.rows, x.cols / 32]))
     } else {
         dummy(client)
     };
@@ -900,7 +907,7 @@ pub fn quantize_mxfp8<R: Runtime>(
         dummy(client)
     };
     let columnwise_scales = if directions.columnwise {
-        scale_bytes(client, col_shape)
+        scale_bytes(client, col_shape, Some([x.rows / 32, x.cols]))
     } else {
         dummy(client)
     };
@@ -1058,13 +1065,15 @@ pub fn quantize_nvfp4<R: Runtime>(
     };
     let n = x.rows * x.cols;
     let (row_shape, col_shape) = nvfp4_scale_shapes(x.rows, x.cols);
+    // A grouped matrix's compact scales keep their fill.
+    let whole = groups.is_none();
     let rowwise = if directions.rowwise {
         client.empty(n / 2)
     } else {
         dummy(client)
     };
     let rowwise_scales = if directions.rowwise {
-        scale_bytes(client, row_shape)
+        scale_bytes(client, row_shape, whole.then_some([x.rows, x.cols / 16]))
     } else {
         dummy(client)
     };
@@ -1074,15 +1083,18 @@ pub fn quantize_nvfp4<R: Runtime>(
         dummy(client)
     };
     let columnwise_scales = if directions.columnwise {
-        scale_bytes(client, col_shape)
+        scale_bytes(client, col_shape, whole.then_some([x.cols, x.rows / 16]))
     } else {
         dummy(client)
     };
-    let key_words: Vec<u32> = match &options.stochastic_keys {
-        Some(keys) => keys.iter().flat_map(|&(r, c)| [r, c]).collect(),
-        None => vec![0; 2 * count],
+    // Without stochastic rounding the kernel reads no key: zeroed words from the arena, no upload.
+    let keys = match &options.stochastic_keys {
+        Some(keys) => {
+            let key_words: Vec<u32> = keys.iter().flat_map(|&(r, c)| [r, c]).collect();
+            client.create_from_slice(u32::as_bytes(&key_words))
+        }
+        None => filled(client, 2 * count, 0),
     };
-    let keys = client.create_from_slice(u32::as_bytes(&key_words));
     let config = Nvfp4KernelConfig {
         kind: x.kind,
         block_2d: options.block_2d,
