@@ -44,10 +44,10 @@ class Mlp(torch.nn.Module):
 
 def step_of(model, x):
     tokens, hidden = x.shape
-    grad = torch.ones(tokens, hidden, device="cuda", dtype=torch.bfloat16)
 
     def step():
-        model(x).backward(grad)
+        # The output gradient made in the step, as Burn's `backward()` makes ours (a fill of ones).
+        model(x).backward(torch.ones(tokens, hidden, device="cuda", dtype=torch.bfloat16))
 
     return step
 
