@@ -20,7 +20,9 @@
 //!   variant), delayed_scaling and block_scaling recipes, weight quantized every step (no
 //!   micro-batch cache), quantization included.
 //! Timing: the GPU time of N back-to-back calls between two timing events on CubeCL's stream
-//! (`common/timing.rs`; `LOWP_BENCH_CLOCK=wall` for the wall clock), best of three runs;
+//! (`common/timing.rs`; `LOWP_BENCH_CLOCK=wall` for the wall clock), best of three runs; under
+//! `benches/gemm_torch.py --turns` the `gemm` cases on CubeCL's stream and the `linear_step`
+//! cases take turns with the peer run by run (`benches/turns.py` says why);
 //! `gemm_raw` times its calls on our stream by the wall clock. `LOWP_BENCH_FILTER=text` keeps
 //! only the cases whose name contains `text`.
 
@@ -31,7 +33,7 @@ mod cases;
 #[path = "common/timing.rs"]
 mod timing;
 use cases::{fp8_encoder_from_env, recipe, selected};
-use timing::{host_time, sync, time};
+use timing::{host_time, sync, time, time_in_turns};
 
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
@@ -138,7 +140,13 @@ fn main() {
                 let call = || {
                     let _ = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
                 };
-                let seconds = time(&client, iterations, 3, call);
+                // The default ordering takes turns with the peer (`gemm_torch.py --turns`).
+                let seconds = if ordering == StreamOrdering::CubeclStream {
+                    let case = serde_json::json!({ "bench": "gemm", "format": name, "m": m, "n": n, "k": k });
+                    time_in_turns(&client, &case, iterations, 3, call)
+                } else {
+                    time(&client, iterations, 3, call)
+                };
                 let host = host_time(&client, iterations, call);
                 println!(
                     "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"path\":\"{path:?}\",\"ordering\":\"{ordering_name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"time_us\":{:.1},\"host_us\":{:.1},\"tflops\":{:.1}}}",
@@ -276,7 +284,7 @@ fn main() {
         }
         // A failing recipe reports itself and the others still run.
         let seconds = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            time(&client, 20, 3, step)
+            time_in_turns(&client, &serde_json::json!({ "bench": "linear_step" }), 20, 3, step)
         })) {
             Ok(seconds) => seconds,
             Err(_) => {

@@ -9,13 +9,29 @@ per case: our TFLOP/s (or step time) over PyTorch's.
   Transformer Engine's te.Linear under its recipes when transformer_engine is importable.
 
     python3 benches/gemm_torch.py [--ours gemm.jsonl]
+    python3 benches/gemm_torch.py --turns target/release/deps/gemm-HASH
+
+With --turns it runs benches/gemm.rs and takes turns with it (benches/turns.py says why): before
+each timed run of our `gemm` cases on CubeCL's stream and of our Linear steps, PyTorch times one
+run of the same case; the ratios are best counted run against best counted run.
 """
 import argparse
 import json
+import time
 
 import torch
 
 from torch_timing import host_time, timed
+from turns import counted, run_in_turns
+
+SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192),
+          # the MoE example's projections and expert GEMMs (as benches/gemm.rs)
+          (4096, 3072, 1024), (4096, 1024, 1024), (1024, 2048, 1024)]
+
+
+def iterations_for(m, n, k):
+    """Calls per timed run, as benches/gemm.rs."""
+    return int(min(400, max(20, 1e14 / (2.0 * m * n * k))))
 
 FP8 = torch.float8_e4m3fn
 
@@ -73,18 +89,111 @@ def linear_cases(tokens, features):
     return cases
 
 
+def one_run(fn, iterations):
+    """Seconds per call of one run of `iterations` calls (the peer's side of a turn)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iterations
+
+
+def turns(binary):
+    """Runs benches/gemm.rs (`binary`) and this peer in turns; prints our lines, PyTorch's best
+    counted runs and the `compare` lines."""
+    state = {"shape": None, "gemms": {}, "linear": None, "runs": {}}
+
+    def time_peer(case, run):
+        if case["bench"] == "gemm":
+            shape = (case["m"], case["n"], case["k"])
+            if state["shape"] != shape:
+                state["gemms"] = {}
+                torch.cuda.empty_cache()
+                state["gemms"] = gemm_cases(*shape)
+                state["shape"] = shape
+            fn, iterations, key = state["gemms"].get(case["format"]), iterations_for(*shape), ("gemm", case["format"], *shape)
+        else:
+            if state["linear"] is None:
+                state["gemms"], state["shape"] = {}, None
+                state["linear"] = linear_cases(8192, 8192)["torch_bf16"]
+            fn, iterations, key = state["linear"], 20, ("linear_step", "torch_bf16")
+        if fn is None:
+            return
+        try:
+            if run == 0:
+                for _ in range(3):  # warm-up: compilation, algorithm choice
+                    fn()
+            seconds = one_run(fn, iterations)
+        except Exception as e:  # noqa: BLE001 - report which variants this build lacks
+            print(json.dumps({"bench": key[0], "impl": "torch", "case": case, "error": str(e)[:300]}), flush=True)
+            state["gemms"].pop(case.get("format"), None)
+            return
+        if counted(run):
+            state["runs"].setdefault(key, []).append(seconds)
+
+    print(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "mode": "turns"}), flush=True)
+    ours = []
+    for o in run_in_turns([binary, "--bench"], time_peer):
+        print(o if isinstance(o, str) else json.dumps(o), flush=True)
+        if isinstance(o, dict):
+            ours.append(o)
+    theirs = {}
+    for key, runs in state["runs"].items():
+        if key[0] == "gemm":
+            m, n, k = key[2:]
+            theirs[key] = 2.0 * m * n * k / min(runs) / 1e12
+            print(json.dumps({"bench": "gemm", "impl": "torch", "mode": "turns", "format": key[1], "m": m, "n": n, "k": k,
+                              "time_us": round(min(runs) * 1e6, 1), "tflops": round(theirs[key], 1)}))
+        else:
+            theirs[key] = min(runs)
+            print(json.dumps({"bench": "linear_step", "impl": key[1], "mode": "turns", "time_us": round(min(runs) * 1e6, 1),
+                              "runs_us": [round(t * 1e6, 1) for t in runs]}))
+    # Only the cubecl_stream GEMMs and the Linear steps took turns; the other orderings'
+    # ratios would mix the two ways of timing.
+    compare([o for o in ours if o.get("bench") != "gemm" or o.get("ordering") == "cubecl_stream"], theirs)
+    return 0 if ours else 1
+
+
+def compare(ours, theirs):
+    """One `compare` line per case of ours that PyTorch also timed (`theirs`: TFLOP/s for GEMMs,
+    seconds for the Linear steps)."""
+    for o in ours:
+        if o.get("bench") == "gemm" and o.get("ordering") in ("cubecl_stream", "device_flags"):
+            t = theirs.get(("gemm", o["format"], o["m"], o["n"], o["k"]))
+            if t:
+                print(json.dumps({"compare": "gemm_tflops_ours_over_torch", "ordering": o["ordering"], "format": o["format"],
+                                  "m": o["m"], "n": o["n"], "k": o["k"],
+                                  "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
+        if o.get("bench") == "burn_matmul":
+            t = theirs.get(("gemm", "bf16", o["m"], o["n"], o["k"]))
+            if t:
+                print(json.dumps({"compare": "burn_matmul_tflops_over_torch", "m": o["m"], "n": o["n"], "k": o["k"],
+                                  "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
+        if o.get("bench") == "linear_step" and "time_us" in o:
+            base = theirs.get(("linear_step", "torch_bf16"))
+            te = theirs.get(("linear_step", "te_" + o["recipe"]))
+            line = {"compare": "linear_step", "recipe": o["recipe"], "ours_us": o["time_us"], "encoder": o.get("encoder", "instruction")}
+            if base:
+                line["speedup_over_torch_bf16"] = round(base * 1e6 / o["time_us"], 3)
+            if te:
+                line["te_us"] = round(te * 1e6, 1)
+                line["ours_over_te_speed"] = round(te * 1e6 / o["time_us"], 3)
+            print(json.dumps(line))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ours", help="JSON lines from benches/gemm.rs to compare with")
+    parser.add_argument("--turns", metavar="BENCH", help="run this benches/gemm.rs binary and the peer in turns")
     args = parser.parse_args()
+    if args.turns:
+        raise SystemExit(turns(args.turns))
     print(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}))
     theirs = {}
-    shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192),
-              # the MoE example's projections and expert GEMMs (as benches/gemm.rs)
-              (4096, 3072, 1024), (4096, 1024, 1024), (1024, 2048, 1024)]
-    for m, n, k in shapes:
+    for m, n, k in SHAPES:
         flops = 2.0 * m * n * k
-        iterations = int(min(400, max(20, 1e14 / flops)))
+        iterations = iterations_for(m, n, k)
         for name, fn in gemm_cases(m, n, k).items():
             try:
                 seconds = timed(fn, iterations)
@@ -108,29 +217,7 @@ def main():
                           "time_us": round(seconds * 1e6, 1)}))
     if not args.ours:
         return
-    ours = [json.loads(line) for line in open(args.ours) if line.startswith("{")]
-    for o in ours:
-        if o.get("bench") == "gemm" and o.get("ordering") in ("cubecl_stream", "device_flags"):
-            t = theirs.get(("gemm", o["format"], o["m"], o["n"], o["k"]))
-            if t:
-                print(json.dumps({"compare": "gemm_tflops_ours_over_torch", "ordering": o["ordering"], "format": o["format"],
-                                  "m": o["m"], "n": o["n"], "k": o["k"],
-                                  "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
-        if o.get("bench") == "burn_matmul":
-            t = theirs.get(("gemm", "bf16", o["m"], o["n"], o["k"]))
-            if t:
-                print(json.dumps({"compare": "burn_matmul_tflops_over_torch", "m": o["m"], "n": o["n"], "k": o["k"],
-                                  "ours": o["tflops"], "torch": round(t, 1), "ratio": round(o["tflops"] / t, 3)}))
-        if o.get("bench") == "linear_step" and "time_us" in o:
-            base = theirs.get(("linear_step", "torch_bf16"))
-            te = theirs.get(("linear_step", "te_" + o["recipe"]))
-            line = {"compare": "linear_step", "recipe": o["recipe"], "ours_us": o["time_us"], "encoder": o.get("encoder", "instruction")}
-            if base:
-                line["speedup_over_torch_bf16"] = round(base * 1e6 / o["time_us"], 3)
-            if te:
-                line["te_us"] = round(te * 1e6, 1)
-                line["ours_over_te_speed"] = round(te * 1e6 / o["time_us"], 3)
-            print(json.dumps(line))
+    compare([json.loads(line) for line in open(args.ours) if line.startswith("{")], theirs)
 
 
 if __name__ == "__main__":
