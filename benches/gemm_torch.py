@@ -17,11 +17,10 @@ run of the same case; the ratios are best counted run against best counted run.
 """
 import argparse
 import json
-import time
 
 import torch
 
-from torch_timing import host_time, timed
+from torch_timing import host_time, one_run, timed
 from turns import counted, run_in_turns
 
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192),
@@ -87,16 +86,6 @@ def linear_cases(tokens, features):
             y.backward(torch.ones_like(y))
         cases[name] = step
     return cases
-
-
-def one_run(fn, iterations):
-    """Seconds per call of one run of `iterations` calls (the peer's side of a turn)."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iterations
 
 
 def turns(binary):

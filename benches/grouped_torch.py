@@ -20,11 +20,10 @@ With --turns the bench and the peer alternate run by run on each case (benches/t
 import argparse
 import json
 import math
-import time
 
 import torch
 
-from torch_timing import timed
+from torch_timing import one_run, timed
 from turns import counted, run_in_turns
 
 FP8 = torch.float8_e4m3fn
@@ -175,11 +174,7 @@ class Peers:
                 fn()
             torch.cuda.synchronize()
             self.warm.add(id(fn))
-        start = time.perf_counter()
-        for _ in range(iterations):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - start) / iterations, fmt
+        return one_run(fn, iterations), fmt
 
 
 def turns(binary):

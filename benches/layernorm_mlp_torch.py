@@ -14,12 +14,11 @@ With --turns the steps only, ours and PyTorch's in turns (benches/turns.py says 
 """
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 
-from torch_timing import timed
+from torch_timing import one_run, timed
 from turns import counted, run_in_turns
 
 
@@ -50,14 +49,6 @@ def step_of(model, x):
         model(x).backward(torch.ones(tokens, hidden, device="cuda", dtype=torch.bfloat16))
 
     return step
-
-
-def one_run(step, iterations):
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iterations
 
 
 def turns(binary):

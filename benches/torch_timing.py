@@ -21,6 +21,17 @@ def timed(fn, iterations):
     return best
 
 
+def one_run(fn, iterations):
+    """Seconds per call of one timed run of `iterations` calls, between two device
+    synchronizations (a peer's side of a turn, `benches/turns.py`)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iterations
+
+
 def host_time(fn, iterations):
     """Host seconds per call: the enqueue loop before the device is synchronized."""
     torch.cuda.synchronize()
