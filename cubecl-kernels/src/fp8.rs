@@ -120,7 +120,16 @@ pub fn fp8_cast_kernel<N: Size>(
     let active = row0 < rows && col0 < cols;
 
     let (g, g_start, g_rows, in_group, scale) = tile_group_and_scale(
-        scale_source, group_start, group_rows, rows, groups, scale_first, scale_stride, tile_row0, config, FP8_UNITS,
+        scale_source,
+        group_start,
+        group_rows,
+        rows,
+        groups,
+        scale_first,
+        scale_stride,
+        tile_row0,
+        config,
+        FP8_UNITS,
     );
 
     let mut local_amax = 0u32;
@@ -348,8 +357,8 @@ pub const FP8_TRANSPOSED_UNITS: usize = 64;
 const TRANSPOSED_UNIT_ROWS: usize = 16;
 
 /// `fp8_cast_kernel` for 16-bit inputs writing the rowwise and the transposed columnwise copy (no
-/// activation prologue): the same codes, scales and amaxes, with units of 16 rows x 8 columns shaped for the
-/// transposed stores, as `fp8_block_transposed_kernel`'s. A unit loads one 16-byte vector a row
+/// activation prologue): the same codes, scales and amaxes, with units of 16 rows x 8 columns
+/// shaped for the transposed stores, as `fp8_block_transposed_kernel`'s. A unit loads one 16-byte vector a row
 /// (a warp reads 256 contiguous bytes from each of two rows) and stores each of its columns' 16
 /// codes as one 16-byte vector beside the other row unit's 16 (full 32-byte sectors), where the
 /// 4 x 8 units wrote 4-byte words, eight 32-byte runs a warp store. Each value is encoded once

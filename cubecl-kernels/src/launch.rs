@@ -725,8 +725,9 @@ fn fp8_cast<R: Runtime>(
     }
     if directions.rowwise && directions.columnwise && x.kind != ElemKind::F32 && prologue.is_none() {
         // 16-bit input, both copies: units shaped for the transposed stores. On an H100 (stop 44,
-        // A/B in turns) it wrote both copies of 16384 x 8192 bf16 in 201.9 µs against 208.0 (current
-        // scaling 293.5 against 306.0), but the columnwise copy alone in 148.3 against 146.0 µs.
+        // A/B in turns) it wrote both copies of 16384 x 8192 bf16 in 201.9 µs against 208.0
+        // (current scaling 293.5 against 306.0), but the columnwise copy alone in 148.3 against
+        // 146.0 µs.
         launch_cast!(fp8_cast_transposed_kernel, FP8_TRANSPOSED_UNITS);
     } else {
         launch_cast!(fp8_cast_kernel, FP8_UNITS, params.alpha, params.limit, params.offset);
@@ -871,7 +872,11 @@ pub fn nvfp4_scale_shapes(rows: usize, cols: usize) -> ([usize; 2], [usize; 2]) 
 /// columns): zeroed where the shape has padding cells (they must read 0) or `written` is not
 /// known (`None`), left as allocated where it has none, since every byte is written and the
 /// fill would be a launch and a pass of its own (4 MiB for 16384 x 8192 MXFP8).
-fn scale_bytes<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 2], written: Option<[usize; 2]>) -> Handle {
+fn scale_bytes<R: Runtime>(
+    client: &ComputeClient<R>,
+    shape: [usize; 2],
+    written: Option<[usize; 2]>,
+) -> Handle {
     if written == Some(shape) {
         client.empty((shape[0] * shape[1]).max(4))
     } else {

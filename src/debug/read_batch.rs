@@ -1,9 +1,10 @@
 //! The device buffers of several statistics fetched by one device read. Every CubeCL read is a
 //! blocking round trip to the runtime's device thread (`submit_blocking`: the host waits for the
 //! launches queued before it), so one read per statistic made a debugged step wait for the
-//! device thread about 150 times per step (MEASUREMENTS.md, "Precision debugging on the MoE example").
-//! An observation collects its buffers here and `flush` reads them all at once; each statistic
-//! gets a `LaterRead` of its own buffers, and the first of them to be consumed waits for the read.
+//! device thread about 150 times per step (MEASUREMENTS.md, "Precision debugging on the MoE
+//! example"). An observation collects its buffers here and `flush` reads them all at once; each
+//! statistic gets a `LaterRead` of its own buffers, and the first of them to be consumed waits for
+//! the read.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};

@@ -1,8 +1,8 @@
 //! The statistics log's writer thread. Turning a sampling step's statistics into log lines means
 //! waiting for their device reads, merging micro-batches and writing JSON: about 2 ms per step on
 //! the MoE example (MEASUREMENTS.md, "Precision debugging on the MoE example"), all of it host
-//! time of a host-bound training step when done on the training thread. `DebugSession::step` hands the
-//! finished iterations' pending statistics to this thread instead; `wait` (the session's
+//! time of a host-bound training step when done on the training thread. `DebugSession::step`
+//! hands the finished iterations' pending statistics to this thread instead; `wait` (the session's
 //! `finish`) returns once everything handed over is written and flushed. A failure on the thread
 //! (a read or a write) is kept and returned by the next `log` or `wait`.
 
