@@ -1,0 +1,540 @@
+// Grouped GEMM for Hopper (sm_90a), the graph-safe path of `GroupedLinear`: one persistent launch
+// computes every expert's D_e = A_e · op(B_e) over the packed token layout, reading the experts'
+// aligned row offsets on the device. Work past the rows the splits fill is never issued (those
+// output rows, the grouped matrix's zero tail, are only zeroed, by the producer warpgroup's idle
+// warps while the GEMM runs), which cuBLASLt's pointer-array batch cannot do: its batch count is
+// fixed on the host, so without the splits there it computes the whole bound.
+//
+// Compiled at run time by NVRTC (arch sm_90a) with no headers (`backend::sm90_grouped`);
+// `benches/sm90_probe/harness.cu` compiles the same file with nvcc for the probe on the GPU.
+//
+// Operands (row-major, as the crate stores them):
+//   A  [P, K]      packed rows; expert e owns rows [group_start[e], group_start[e] + group_rows[e])
+//   B  [E, N, K]   "TN": fprop with W, FP8 dgrad with the columnwise Wᵀ (both operands K-major)
+//   B  [E, K, N]   "NN": BF16 dgrad with W itself (wgmma reads B MN-major)
+//   D  [P, N]      bf16
+// D_e = s_a[e] · s_b[e] · A_e · B_e + bias[e], scales and bias optional: TE's per-expert FP8
+// scales are applied exactly, in FP32, before the one rounding to bf16.
+//
+// Structure (one CTA per SM, 384 threads, persistent over 128 x BN output tiles): warpgroup 0 is
+// the producer (one thread issues TMA loads of 128-byte-wide K slices into a ring of
+// shared-memory stages); warpgroups 1 and 2 consume them with wgmma, keeping one stage's wgmmas in
+// flight, and store bf16 with 16-byte stores. "Cooperative" kernels (BN = 256) split each tile
+// between the two by rows; "pingpong" kernels (BN = 128) give each a whole tile in turn, so one
+// stores while the other computes: the host takes them where K is short (`sm90_grouped`).
+// Shared-memory tiles use the 128-byte swizzle that TMA writes and the wgmma descriptors read.
+//
+// FP8 numerics: `SPLIT_ACC` adds each stage's (K = 128) partial products into a separate FP32
+// accumulator, as TE's split accumulator does on Hopper; without it the products accumulate in
+// the tensor core's reduced-precision FP32 ("fast accumulation").
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned, passed by value.
+struct __align__(64) TensorMap {
+    u64 opaque[16];
+};
+
+// The kernels' arguments besides the two tensor maps (one struct, so that the Rust launcher and
+// the probe harness pass the same bytes).
+struct GroupedGemmArgs {
+    u16* d;                  // [capacity_chunks · 128, ldd] bf16
+    const u32* group_start;  // [groups] first aligned row of each expert (multiples of 128)
+    const u32* group_rows;   // [groups] aligned rows of each expert (multiples of 128)
+    const float* scale_a;    // null, or A's dequantization scale of expert e at e · scale_a_step
+    const float* scale_b;    // null, or B's dequantization scale of expert e at e · scale_b_step
+    const u16* bias;         // null, or [groups, n] bf16
+    int ldd;
+    int groups;
+    int capacity_chunks;     // chunks A and D hold: D's rows past the filled chunks are zeroed
+    int n;                   // output columns
+    int k;                   // reduction length
+    int scale_a_step;
+    int scale_b_step;
+    int band;                // chunks per band of the tile order (unit_position)
+};
+
+#define LOWP_BM 128
+#define LOWP_BK_BYTES 128
+// MN-major B (BF16 NN): leading byte offset = stride between 64-column blocks, stride byte offset
+// = stride between 8-row groups along K (the PTX ISA's canonical MN-major 128B-swizzle layout).
+#define LOWP_MN_LEADING 8192
+#define LOWP_MN_STRIDE 1024
+
+__device__ __forceinline__ u32 shared_address(const void* p) {
+    u32 a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }"
+                 : "=r"(a)
+                 : "l"(p));
+    return a;
+}
+
+// ---- mbarriers ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ void barrier_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap* map, u32 bar, int c0, int c1,
+                                            int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+// ---- wgmma -------------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4) and
+// the 128-byte swizzle mode (1 << 62).
+__device__ __forceinline__ u64 smem_descriptor(u32 address, u32 leading_bytes, u32 stride_bytes) {
+    u64 d = 0;
+    d |= (u64)((address & 0x3FFFF) >> 4);
+    d |= (u64)((leading_bytes & 0x3FFFF) >> 4) << 16;
+    d |= (u64)((stride_bytes & 0x3FFFF) >> 4) << 32;
+    d |= 1ull << 62;
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// wgmma.mma_async with the accumulator in registers: m64nNk16 (bf16, B K-major or, with
+// TRANS_B, MN-major) and m64nNk32 (e4m3, both operands K-major), N = 256 or 128. Operand
+// order as in the PTX ISA: D, A descriptor, B descriptor, scale-d, scale-a, scale-b[, trans].
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256_bf16(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+__device__ __forceinline__ void wgmma_m64n256_e4m3(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128_bf16(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+}
+
+__device__ __forceinline__ void wgmma_m64n128_e4m3(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// ---- the kernel body ---------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ float bf16_to_float(u16 v) {
+    float f;
+    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(((u32)v) << 16));
+    return f;
+}
+
+__device__ __forceinline__ u32 shuffle_xor(u32 v, int mask) {
+    u32 r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(mask));
+    return r;
+}
+
+__device__ __forceinline__ void store_16_bytes(u16* p, const u32* w) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+}
+
+// (NVRTC compiles this file without CUDA's headers, so no `min`.)
+__device__ __forceinline__ int smaller(int a, int b) { return a < b ? a : b; }
+
+// Work unit -> (chunk, column unit). Units run through bands of `band` chunks, and within a band
+// the chunks change fastest: the CTAs in flight share a few column panels of B (one expert's
+// weights) and a band of A rows, so both stay in L2. `band` = 1 is chunk-major order.
+__device__ __forceinline__ void unit_position(int unit, int chunks, int col_units, int band,
+                                              int& chunk, int& col_unit) {
+    const int per_band = band * col_units;
+    const int b = unit / per_band;
+    const int r = unit - b * per_band;
+    const int rows = smaller(band, chunks - b * band);
+    col_unit = r / rows;
+    chunk = b * band + (r - col_unit * rows);
+}
+
+// The expert that owns aligned row `row`: the last one whose first row is at or before it (an
+// empty expert starts where the next one does, so the last of equal starts owns the rows).
+__device__ __forceinline__ int group_of_row(const u32* group_start, int groups, u32 row) {
+    int lo = 0, hi = groups;  // the count of experts starting at or before `row`
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (group_start[mid] <= row) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo - 1;
+}
+
+// B_MN_MAJOR: B is [E, K, N] (N contiguous); else [E, N, K] (K contiguous).
+// PINGPONG: each consumer warpgroup computes whole 128 x BN tiles, the two taking turns, so that
+// one's epilogue runs while the other's wgmmas keep the tensor cores busy (an order barrier lets
+// only one of them consume the stage ring at a time). Otherwise ("cooperative") both split every
+// tile by rows, and the tensor cores wait while they store it: that costs most where K is short.
+template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG>
+__device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const TensorMap* tm_b,
+                                                  const GroupedGemmArgs& args) {
+    constexpr int BK = FP8 ? 128 : 64;  // elements per 128-byte row
+    constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
+    constexpr u32 B_BYTES = BN * LOWP_BK_BYTES;
+    constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
+    constexpr int ACC = BN / 2;  // f32 accumulators per thread of a 64 x BN warpgroup tile
+    constexpr int MI = PINGPONG ? 2 : 1;  // 64-row blocks of the tile per consumer warpgroup
+    static_assert(!(PINGPONG && SPLIT_ACC), "the split accumulator needs the registers of both");
+
+    extern __shared__ unsigned char smem_raw[];
+    const u32 base = (shared_address(smem_raw) + 1023u) & ~1023u;
+    const u32 full = base + STAGES * STAGE_BYTES;  // STAGES mbarriers: stage loaded
+    const u32 empty = full + STAGES * 8;           // STAGES mbarriers: stage consumed
+    const u32 order = empty + STAGES * 8;          // 2 mbarriers: consumer c may run its mainloop
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            barrier_init(full + 8 * s, 1);
+            // One arrival per consumer warpgroup that reads the stage.
+            barrier_init(empty + 8 * s, PINGPONG ? 1 : 2);
+        }
+        barrier_init(order, 1);
+        barrier_init(order + 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int groups = args.groups;
+    const int n = args.n;
+    // The chunks the splits fill, read on the device (and never more than the buffers hold).
+    const int chunks =
+        smaller((int)((args.group_start[groups - 1] + args.group_rows[groups - 1]) / LOWP_BM),
+            args.capacity_chunks);
+    const int n_tiles = (n + BN - 1) / BN;
+    const int units = chunks * n_tiles;
+    const int k_blocks = (args.k + BK - 1) / BK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x >= 32) {
+            // Warps 1-3 write the zero tail (the rows past the filled chunks), 16 bytes a store,
+            // spread over every CTA, while the GEMM runs: DRAM is mostly idle then.
+            const long long words_per_row = n / 8;
+            const long long first_row = (long long)chunks * LOWP_BM;
+            const long long words = ((long long)args.capacity_chunks * LOWP_BM - first_row) * words_per_row;
+            const u32 zero[4] = {0u, 0u, 0u, 0u};
+            for (long long w = (long long)blockIdx.x * 96 + (threadIdx.x - 32); w < words;
+                 w += (long long)gridDim.x * 96) {
+                const long long row = first_row + w / words_per_row;
+                store_16_bytes(args.d + row * args.ldd + (w % words_per_row) * 8, zero);
+            }
+            return;
+        }
+        if (threadIdx.x != 0) return;
+        int stage = 0;
+        u32 phase = 0;
+        for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+            int chunk, col_tile;
+            unit_position(unit, chunks, n_tiles, args.band, chunk, col_tile);
+            const int col0 = col_tile * BN;
+            const int group = group_of_row(args.group_start, groups, chunk * LOWP_BM);
+            for (int kb = 0; kb < k_blocks; ++kb) {
+                barrier_wait(empty + 8 * stage, phase ^ 1);
+                const u32 bar = full + 8 * stage;
+                const u32 sa = base + stage * STAGE_BYTES;
+                const u32 sb = sa + A_BYTES;
+                barrier_expect_bytes(bar, STAGE_BYTES);
+                tma_load_2d(sa, tm_a, bar, kb * BK, chunk * LOWP_BM);
+                if constexpr (B_MN_MAJOR) {
+                    // [64 K rows] x [64 N] boxes, one per 64 columns of the tile.
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j)
+                        tma_load_3d(sb + j * 8192, tm_b, bar, col0 + 64 * j, kb * BK, group);
+                } else {
+                    tma_load_3d(sb, tm_b, bar, kb * BK, col0, group);
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int consumer = warpgroup - 1;
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x / 32) % 4;
+    // Cooperative: this warpgroup's rows of each tile are [64·consumer, 64·consumer + 64).
+    const u32 row_block = PINGPONG ? 0 : consumer * 64;
+    float acc[MI][ACC];
+    float part[SPLIT_ACC ? ACC : 1];
+    int stage = 0;
+    u32 phase = 0;
+    int turn = 0;  // pingpong: tiles this warpgroup has taken
+    int local = 0;
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x, ++local) {
+        if (PINGPONG && (local & 1) != consumer) {
+            // The other warpgroup's tile: step over its stages in the ring.
+            const int next = stage + k_blocks;
+            phase ^= (u32)((next / STAGES) & 1);
+            stage = next % STAGES;
+            continue;
+        }
+        int chunk, col_tile;
+        unit_position(unit, chunks, n_tiles, args.band, chunk, col_tile);
+        const int col0 = col_tile * BN;
+        if constexpr (PINGPONG) {
+            // Warpgroup 0 starts; after that each waits for the other's mainloop to end.
+            if (consumer == 1) barrier_wait(order + 8, turn & 1);
+            else if (turn > 0) barrier_wait(order, (turn - 1) & 1);
+        }
+#pragma unroll
+        for (int m = 0; m < MI; ++m)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[m][i] = 0.0f;
+        int previous = -1;  // the stage whose wgmmas may still be in flight
+        for (int kb = 0; kb < k_blocks; ++kb) {
+            barrier_wait(full + 8 * stage, phase);
+            const u32 sa = base + stage * STAGE_BYTES + row_block * LOWP_BK_BYTES;
+            const u32 sb = base + stage * STAGE_BYTES + A_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+                for (int m = 0; m < MI; ++m) {
+                    const u64 da = smem_descriptor(sa + m * 64 * LOWP_BK_BYTES + ks * 32, 16, 1024);
+                    if constexpr (FP8) {
+                        const u64 db = smem_descriptor(sb + ks * 32, 16, 1024);
+                        if constexpr (SPLIT_ACC) {
+                            if constexpr (BN == 256) wgmma_m64n256_e4m3(part, da, db, ks > 0);
+                            else wgmma_m64n128_e4m3(part, da, db, ks > 0);
+                        } else {
+                            if constexpr (BN == 256) wgmma_m64n256_e4m3(acc[m], da, db, 1);
+                            else wgmma_m64n128_e4m3(acc[m], da, db, 1);
+                        }
+                    } else if constexpr (B_MN_MAJOR) {
+                        // 16 K rows of 128 bytes per step; 64-column blocks 8 KiB apart.
+                        const u64 db =
+                            smem_descriptor(sb + ks * 2048, LOWP_MN_LEADING, LOWP_MN_STRIDE);
+                        if constexpr (BN == 256) wgmma_m64n256_bf16<1>(acc[m], da, db, 1);
+                        else wgmma_m64n128_bf16<1>(acc[m], da, db, 1);
+                    } else {
+                        const u64 db = smem_descriptor(sb + ks * 32, 16, 1024);
+                        if constexpr (BN == 256) wgmma_m64n256_bf16<0>(acc[m], da, db, 1);
+                        else wgmma_m64n128_bf16<0>(acc[m], da, db, 1);
+                    }
+                }
+            }
+            wgmma_commit();
+            if constexpr (SPLIT_ACC) {
+                // The partial sums are read right away: this stage's wgmmas must be done.
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < ACC; ++i) acc[0][i] += part[i];
+                if (threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * stage);
+            } else {
+                // Keep this stage's wgmmas in flight; the previous stage's are done after this.
+                wgmma_wait<1>();
+                if (previous >= 0 && threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * previous);
+                previous = stage;
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        if constexpr (!SPLIT_ACC) {
+            wgmma_wait<0>();
+            if (previous >= 0 && threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * previous);
+        }
+        if constexpr (PINGPONG) {
+            // The other warpgroup may take the ring while this one stores its tile.
+            if (threadIdx.x % 128 == 0) barrier_arrive(order + 8 * (consumer ^ 1));
+            ++turn;
+        }
+
+        // Epilogue. Accumulator layout of m64nBN: thread (warp w, lane l) holds rows
+        // 16w + l/4 (+8) and, per 8-column step j, columns 8j + 2(l%4) (+1). Each quad of lanes
+        // transposes four steps' bf16 pairs so that a lane stores 8 adjacent columns (16 bytes):
+        // full 32-byte sectors instead of 4-byte pieces.
+        const u16* __restrict__ bias = args.bias;
+        const bool per_group = args.scale_a || args.scale_b || bias;
+        const int group = per_group ? group_of_row(args.group_start, groups, chunk * LOWP_BM) : 0;
+        float scale = 1.0f;
+        if (args.scale_a) scale *= args.scale_a[group * args.scale_a_step];
+        if (args.scale_b) scale *= args.scale_b[group * args.scale_b_step];
+        const int quad = lane % 4;
+#pragma unroll
+        for (int m = 0; m < MI; ++m) {
+        const int row0 = chunk * LOWP_BM + row_block + m * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int g = 0; g < BN / 32; ++g) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                u32 pair[4];
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    const int j = 4 * g + t;
+                    const int col = col0 + 8 * j + 2 * quad;
+                    float b0 = 0.0f, b1 = 0.0f;
+                    if (bias != nullptr && col < n) {
+                        const u32 bb = *reinterpret_cast<const u32*>(bias + (long long)group * n + col);
+                        b0 = bf16_to_float((u16)(bb & 0xFFFF));
+                        b1 = bf16_to_float((u16)(bb >> 16));
+                    }
+                    pair[t] = bf16x2(acc[m][4 * j + 2 * i] * scale + b0,
+                                     acc[m][4 * j + 2 * i + 1] * scale + b1);
+                }
+                // After the exchange, word s of this lane = lane s's pair for step 4g + quad.
+                u32 word[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int other = quad ^ r;
+                    const u32 send = other == 0 ? pair[0] : other == 1 ? pair[1]
+                                   : other == 2 ? pair[2] : pair[3];
+                    const u32 got = r == 0 ? send : shuffle_xor(send, r);
+                    if (other == 0) word[0] = got;
+                    else if (other == 1) word[1] = got;
+                    else if (other == 2) word[2] = got;
+                    else word[3] = got;
+                }
+                const int col = col0 + 8 * (4 * g + quad);
+                if (col < n) {
+                    const long long row = row0 + 8 * i;
+                    store_16_bytes(args.d + row * args.ldd + col, word);
+                }
+            }
+        }
+        }
+    }
+}
+
+#define LOWP_GROUPED_GEMM(NAME, BN, FP8, MN, SPLIT, STAGES, PINGPONG)                              \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                           \
+        NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
+             const __grid_constant__ GroupedGemmArgs args) {                                       \
+        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG>(&tm_a, &tm_b, args);               \
+    }
+
+// Dynamic shared memory of a kernel: STAGES · (128 + BN) · 128 bytes, 1024 bytes of alignment
+// slack and 16 bytes of mbarriers per stage plus 16 (192 KiB + 1 KiB + barriers for all of these).
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_256, 256, false, false, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_256, 256, false, true, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_256, 256, true, false, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_split_128, 128, true, false, true, 6, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_128_pingpong, 128, false, false, false, 6, true)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_128_pingpong, 128, false, true, false, 6, true)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, false, 6, true)
