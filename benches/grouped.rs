@@ -243,6 +243,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     line["split_reads"] = json!(syncs.split_reads);
                     line["exact_batches"] = json!(syncs.exact_batches);
                     line["bound_batches"] = json!(syncs.bound_batches);
+                    line["device_grouped_batches"] = json!(syncs.device_grouped_batches);
                     line["blocking_syncs"] = json!(syncs.blocking());
                     println!("{line}");
                 }
@@ -341,6 +342,8 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                     line["split_reads_per_step"] = json!(syncs.split_reads as f64 / steps as f64);
                     line["exact_batches_per_step"] = json!(syncs.exact_batches as f64 / steps as f64);
                     line["bound_batches_per_step"] = json!(syncs.bound_batches as f64 / steps as f64);
+                    line["device_grouped_batches_per_step"] =
+                        json!(syncs.device_grouped_batches as f64 / steps as f64);
                     line["blocking_syncs_per_step"] =
                         json!(syncs.blocking() as f64 / steps as f64);
                     line["split_wait_us_per_step"] =

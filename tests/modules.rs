@@ -77,6 +77,14 @@ mod cuda {
     }
 
     #[test]
+    fn grouped_sm90_bound_equals_the_exact_batch() {
+        if let Some(d) = device() {
+            let sm90 = burn_lowp::backend::sm90_grouped::is_sm90(d.index);
+            crate::grouped::check_grouped_sm90_bound_equals_the_exact_batch::<Backend>(&d, sm90);
+        }
+    }
+
+    #[test]
     fn grouped_large_known_groups_run_per_group() {
         if let Some(d) = device() {
             crate::grouped::check_grouped_large_known_groups_run_per_group::<Backend>(&d);

@@ -27,7 +27,9 @@
 //! workspace), the GEMMs run round-robin on them, and the forks join our main stream before
 //! CubeCL's is ordered after it. A GEMM may also be a cuBLASLt
 //! pointer-array batch (`LtBatch`): a kernel of ours writes its pointer arrays on our stream from
-//! the groups' device offsets, so the host never needs them.
+//! the groups' device offsets, so the host never needs them. A group's work may also be our
+//! Hopper grouped GEMM (`GroupWork::Sm90`, `sm90_grouped`), launched on the same streams in the
+//! same place, so it is ordered exactly as the cuBLASLt GEMMs are.
 //!
 //! Under `DeviceFlags`, while a GEMM runs CubeCL's stream holds one SM with its wait kernel; a
 //! plan made under that ordering therefore targets one SM less
@@ -55,6 +57,7 @@ use lts::{cublasLtMatmulDescAttributes_t as Attr, cudaDataType_t as DataType};
 use super::cube::DeviceTasks;
 use super::gemm_profile::{self as profile, GemmPhase};
 use super::gemm_tuning;
+use super::sm90_grouped::{Sm90GroupedGemm, Sm90Kernels};
 use crate::error::{LowpError, Result};
 
 /// How a cuBLASLt GEMM is ordered against CubeCL's stream (see the module docs).
@@ -225,6 +228,21 @@ impl LtGemm {
     }
 }
 
+/// One piece of a group's work on our streams: a cuBLASLt GEMM (or batch), or a launch of our
+/// Hopper grouped GEMM (`sm90_grouped`), which runs where cuBLASLt would (lane 0 for a group of
+/// one), under the same stream ordering.
+#[derive(Debug, Clone, Copy)]
+pub enum GroupWork {
+    Lt(LtGemm),
+    Sm90(Sm90GroupedGemm),
+}
+
+impl From<LtGemm> for GroupWork {
+    fn from(g: LtGemm) -> Self {
+        GroupWork::Lt(g)
+    }
+}
+
 /// What fixes a GEMM's cuBLASLt descriptor, layouts and algorithm: everything but the pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct PlanKey {
@@ -334,6 +352,9 @@ pub struct CublasLt {
     flags: HashMap<u64, StreamFlags>,
     /// Our stream's kernels (NVRTC), compiled on first use.
     kernels: Option<OurKernels>,
+    /// Our Hopper grouped GEMM's kernels (NVRTC, `sm90_grouped`), compiled on first use; a
+    /// failed compilation is kept (as its message) and reported by every later use.
+    sm90: Option<std::result::Result<Sm90Kernels, String>>,
     /// The GPU's name and the cuBLASLt version, which begin this device's keys in the tuning
     /// table (`gemm_tuning`).
     tuning_prefix: String,
@@ -433,6 +454,7 @@ impl CublasLt {
             plans: HashMap::new(),
             flags: HashMap::new(),
             kernels: None,
+            sm90: None,
             tuning_prefix,
         };
         instance.add_lane()?;
@@ -872,13 +894,54 @@ impl CublasLt {
         .map_err(driver_error("launch pointer kernel"))
     }
 
+    /// Our Hopper grouped GEMM's kernels, compiled on first use (`sm90_grouped`).
+    fn sm90_kernels(&mut self) -> Result<&Sm90Kernels> {
+        if self.sm90.is_none() {
+            self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+            self.sm90 = Some(Sm90Kernels::compile(&self.ctx).map_err(|e| e.to_string()));
+        }
+        match self.sm90.as_ref().expect("compiled above") {
+            Ok(kernels) => Ok(kernels),
+            Err(message) => Err(LowpError::invalid(
+                "sm90 grouped GEMM",
+                "its kernels",
+                format!("could not be compiled or loaded: {message}"),
+            )),
+        }
+    }
+
+    /// Queues our Hopper grouped GEMM on lane `lane` (where a cuBLASLt GEMM of the group would
+    /// run): a persistent grid of one CTA per SM, less the SM CubeCL's wait kernel holds under
+    /// `DeviceFlags` (as cuBLASLt's `sm_target`).
+    unsafe fn enqueue_sm90(&mut self, lane: usize, g: &Sm90GroupedGemm) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+        let stream = self.lanes[lane].stream.cu_stream();
+        let sm_target = self.sm_target as u32;
+        let flags = stream_ordering() == StreamOrdering::DeviceFlags;
+        let kernels = self.sm90_kernels()?;
+        let ctas = if flags {
+            sm_target.min(kernels.multiprocessors())
+        } else {
+            kernels.multiprocessors()
+        };
+        unsafe { kernels.launch(g, stream, ctas) }
+    }
+
+    /// Queues one piece of a group's work on lane `lane`.
+    unsafe fn enqueue_work_on(&mut self, lane: usize, work: &GroupWork) -> Result<()> {
+        match work {
+            GroupWork::Lt(g) => unsafe { self.enqueue_on(lane, g) },
+            GroupWork::Sm90(g) => unsafe { self.enqueue_sm90(lane, g) },
+        }
+    }
+
     /// Runs `gemms` spread over the lanes (added up to `LANES` on first use): every lane starts
     /// after what the main stream queued so far, and the main stream continues after all of them.
-    unsafe fn enqueue_group(&mut self, gemms: &[LtGemm]) -> Result<()> {
+    unsafe fn enqueue_group(&mut self, gemms: &[GroupWork]) -> Result<()> {
         if gemms.len() <= 1 {
             return gemms
                 .first()
-                .map_or(Ok(()), |g| unsafe { self.enqueue_on(0, g) });
+                .map_or(Ok(()), |g| unsafe { self.enqueue_work_on(0, g) });
         }
         while self.lanes.len() < LANES.min(gemms.len()) {
             self.add_lane()?;
@@ -895,7 +958,7 @@ impl CublasLt {
                 .map_err(driver_error("stream wait"))?;
         }
         for (i, g) in gemms.iter().enumerate() {
-            unsafe { self.enqueue_on(i % used, g)? };
+            unsafe { self.enqueue_work_on(i % used, g)? };
         }
         for lane in 1..used {
             let done = self.lanes[lane]
@@ -1144,16 +1207,31 @@ fn pin_buffers(
     Ok((pins, pointers))
 }
 
-/// cuBLASLt reads and writes matrices at 16-byte aligned addresses (scales need not be).
-fn check_aligned(gemms: &[LtGemm]) -> Result<()> {
-    for g in gemms {
-        let matrices = [Some(g.a.ptr), Some(g.b.ptr), Some(g.d), g.c];
-        if let Some(p) = matrices.into_iter().flatten().find(|p| p % 16 != 0) {
-            return Err(LowpError::invalid(
-                "GEMM operand",
-                format!("address {p:#x}"),
-                "cuBLASLt needs 16-byte aligned matrices",
-            ));
+/// cuBLASLt reads and writes matrices at 16-byte aligned addresses (scales need not be); our
+/// Hopper grouped GEMM needs the same of its matrices, and 4-byte aligned offsets and scales.
+fn check_aligned(gemms: &[GroupWork]) -> Result<()> {
+    for work in gemms {
+        match work {
+            GroupWork::Lt(g) => {
+                let matrices = [Some(g.a.ptr), Some(g.b.ptr), Some(g.d), g.c];
+                if let Some(p) = matrices.into_iter().flatten().find(|p| p % 16 != 0) {
+                    return Err(LowpError::invalid(
+                        "GEMM operand",
+                        format!("address {p:#x}"),
+                        "cuBLASLt needs 16-byte aligned matrices",
+                    ));
+                }
+            }
+            GroupWork::Sm90(g) => {
+                if let Some(p) = g.misaligned() {
+                    return Err(LowpError::invalid(
+                        "grouped GEMM operand",
+                        format!("address {p:#x}"),
+                        "the sm90 grouped GEMM needs 16-byte aligned matrices and 4-byte aligned \
+                         group offsets and scales",
+                    ));
+                }
+            }
         }
     }
     Ok(())
@@ -1162,7 +1240,7 @@ fn check_aligned(gemms: &[LtGemm]) -> Result<()> {
 fn host_synchronized(
     client: &ComputeClient<CudaRuntime>,
     lt: &mut CublasLt,
-    gemms: &[LtGemm],
+    gemms: &[GroupWork],
 ) -> Result<()> {
     burn_lowp_kernels::cubecl::future::block_on(client.sync())
         .map_err(|e| LowpError::invalid("CubeCL", "sync", format!("{e:?}")))?;
@@ -1335,6 +1413,21 @@ pub fn run_group_on_cubecl_buffers<K: Send + 'static>(
     keep: K,
     build: impl FnOnce(&[u64]) -> Vec<LtGemm> + Send + 'static,
 ) -> Result<()> {
+    run_work_on_cubecl_buffers(client, device, buffers, keep, move |pointers| {
+        build(pointers).into_iter().map(GroupWork::Lt).collect()
+    })
+}
+
+/// `run_group_on_cubecl_buffers` for work that may include our Hopper grouped GEMM
+/// (`GroupWork::Sm90`), which `build` chooses on CubeCL's device thread, when the pointers are
+/// known.
+pub fn run_work_on_cubecl_buffers<K: Send + 'static>(
+    client: &ComputeClient<CudaRuntime>,
+    device: usize,
+    buffers: &[&Handle],
+    keep: K,
+    build: impl FnOnce(&[u64]) -> Vec<GroupWork> + Send + 'static,
+) -> Result<()> {
     deferred_gemm_error()?;
     let handed = profile::start();
     let ordering = stream_ordering();
@@ -1436,7 +1529,7 @@ fn run_on_cubecl_stream(
     server: &mut CudaServer,
     device: usize,
     bindings: Vec<Binding>,
-    build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
+    build: impl FnOnce(&[u64]) -> Vec<GroupWork>,
     started: Option<std::time::Instant>,
 ) -> Result<()> {
     let (stream, pointers) = server
@@ -1461,7 +1554,7 @@ fn run_on_device_thread(
     client: &ComputeClient<CudaRuntime>,
     device: usize,
     buffers: &[&Handle],
-    build: impl FnOnce(&[u64]) -> Vec<LtGemm>,
+    build: impl FnOnce(&[u64]) -> Vec<GroupWork>,
     started: Option<std::time::Instant>,
     ordering: StreamOrdering,
 ) -> Result<()> {

@@ -16,6 +16,14 @@
 //!   Where the splits' host copy has arrived by the time the GEMM is called and every group's
 //!   GEMM alone fills the GPU, fprop/dgrad run per group instead where that measured faster
 //!   (`grouped::per_group_pays`: BF16 dgrad, FP8 with per-group scales, which then need no pass).
+//!   Where the copy has not arrived when the batch is queued, the batch runs the host-known bound
+//!   of chunks, or, under `GroupedKernel::Sm90` (`sm90_grouped`, `LOWP_GROUPED_KERNEL=sm90`) and
+//!   where it supports the GEMM, our Hopper grouped GEMM, which reads the groups on the device and
+//!   computes only the chunks they fill. It applies shared FP8 scales itself, and per-group ones
+//!   where the caller does not take them (`defer_scales`): then no scale pass runs, which is
+//!   decided when the GEMM is called (if the copy has not arrived by then, our kernel runs even if
+//!   it arrives before the batch is queued). Deferred per-group scales stay the caller's: our
+//!   kernel then writes the unit-scale product, as cuBLASLt does.
 //! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
@@ -30,7 +38,8 @@ use burn_lowp_kernels as kernels;
 use burn_lowp_kernels::cubecl::server::Handle;
 
 use super::cublaslt::{
-    pointer_array_bytes, run_on_cubecl_buffers, LtBatch, LtGemm, LtOperand, ScaleMode,
+    pointer_array_bytes, run_work_on_cubecl_buffers, GroupWork, LtBatch, LtGemm, LtOperand,
+    ScaleMode,
 };
 use super::cuda_gemm::{
     accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
@@ -39,8 +48,9 @@ use super::cuda_gemm::{
 use super::gemm::{GemmKind, GemmOptions, GemmPath};
 use super::grouped::{
     group_view, grouped_output_shape, per_group_pays, BatchedOperands, GroupedGemmPath,
-    GroupedOperand, GROUP_ALIGN,
+    GroupedOperand, HostCopy, HostGroups, GROUP_ALIGN,
 };
+use super::sm90_grouped::{self, grouped_kernel, GroupedKernel, Sm90GroupedGemm, Sm90Operands};
 use crate::error::Result;
 use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
@@ -242,9 +252,41 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     let out = client.empty(rows * cols * d_dtype.size());
     let pointers = client.empty(pointer_array_bytes(count));
     let groups = a.groups;
-    // (The shared scales' first values are the operands' per-tensor scales; cuBLAS A is our B.)
-    let shared_scales = fp8_scales.as_ref().filter(|s| s.shared).map(|s| [s.b.clone(), s.a.clone()]);
-    let shared = shared_scales.is_some();
+    let d_type = data_type(d_dtype);
+    let group_count = groups.count as u32;
+    let host_groups = groups.host.clone();
+    let fast_accum =
+        inner == GemmPath::CublasLtFp8Tensor && !kind.split_accumulator(options.split_accumulator);
+    // Our Hopper grouped GEMM where the setting asks for it and it supports this GEMM: it runs
+    // instead of a bound batch (`sm90_grouped`; in its terms A = the activation rows, B = the
+    // weights, n = m output columns, k the reduction).
+    let sm90 = match grouped_kernel() {
+        GroupedKernel::Sm90 => sm90_grouped::variant(
+            cuda_device::<R>(&device),
+            Sm90Operands::of(a_type, a_outer_major, b_type, fast_accum),
+            d_type,
+            rows,
+            m,
+            k,
+            groups.count,
+        ),
+        GroupedKernel::CublasLt => None,
+    };
+    // Per-group scales the caller's epilogue applies (`group_epilogue`), where the output already
+    // has the dtype asked for.
+    let deferring = scale_pass.is_some() && defer_scales && d_dtype == DType::from(options.out_dtype);
+    // Per-group scales that our kernel applies instead of the scale pass: the pass is queued (or
+    // not) here, so our kernel is chosen here, where the splits' copy has not arrived yet, and
+    // then runs whatever the device thread finds.
+    let kernel_scales =
+        sm90.is_some() && scale_pass.is_some() && !deferring && filled_chunks(&host_groups, count).is_none();
+    // The operands' scales, for cuBLASLt (shared) or our kernel (shared or `kernel_scales`): the
+    // shared scales' first values are the operands' per-tensor scales; cuBLAS A is our B.
+    let shared = fp8_scales.as_ref().is_some_and(|s| s.shared);
+    let scale_handles = fp8_scales
+        .as_ref()
+        .filter(|s| s.shared || kernel_scales)
+        .map(|s| [s.b.clone(), s.a.clone()]);
     let mut handles = vec![
         a_data,
         b_data,
@@ -253,28 +295,52 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         groups.start.handle.clone(),
         groups.len.handle.clone(),
     ];
-    handles.extend(shared_scales.into_iter().flatten());
+    handles.extend(scale_handles.into_iter().flatten());
     let buffers: Vec<&Handle> = handles.iter().collect();
     let (a_es, b_es) = (element_bytes(a_type), element_bytes(b_type));
-    let d_type = data_type(d_dtype);
-    let group_count = groups.count as u32;
-    // The chunks the groups fill, if the splits' host copy has arrived when the task runs (on
-    // CubeCL's device thread, after the operands' producers were queued); else the bound.
-    let host_groups = groups.host.clone();
-    let fast_accum =
-        inner == GemmPath::CublasLtFp8Tensor && !kind.split_accumulator(options.split_accumulator);
-    run_on_cubecl_buffers(
+    run_work_on_cubecl_buffers(
         cuda_client(&client),
         cuda_device::<R>(&device),
         &buffers,
+        (),
         move |ptr| {
-            let filled = host_groups
-                .try_get()
-                .filter(|host| host.status == SplitStatus::Valid)
-                .map(|host| host.groups.iter().map(|g| g.len).sum::<usize>() / GROUP_ALIGN)
-                .filter(|&chunks| chunks <= count);
+            // The chunks the groups fill, if the splits' host copy has arrived when the task runs
+            // (on CubeCL's device thread, after the operands' producers were queued); else the
+            // bound, or our kernel.
+            let filled = filled_chunks(&host_groups, count);
+            // Our kernel's A is the activation (scales at 7), its B the weights (at 6); shared
+            // scales are one value (step 0), per-group ones one per expert.
+            let scale = |index: usize| match (shared, kernel_scales) {
+                (true, _) => Some((ptr[index], 0)),
+                (false, true) => Some((ptr[index], 1)),
+                (false, false) => None,
+            };
+            let ours = sm90
+                .filter(|_| kernel_scales || filled.is_none())
+                .map(|variant| Sm90GroupedGemm {
+                    variant,
+                    a: ptr[1],
+                    b: ptr[0],
+                    d: ptr[2],
+                    rows: rows as u64,
+                    n: m as u32,
+                    k: k as u32,
+                    ldd: m as u32,
+                    groups: group_count,
+                    group_start: ptr[4],
+                    group_rows: ptr[5],
+                    scale_a: scale(7),
+                    scale_b: scale(6),
+                })
+                // (Misaligned buffers keep cuBLASLt, which reports them, unless our kernel owes
+                // the scales: then `check_aligned` reports them.)
+                .filter(|g| kernel_scales || g.aligned());
+            if let Some(g) = ours {
+                super::host_sync::record_device_grouped_batch();
+                return vec![GroupWork::Sm90(g)];
+            }
             super::host_sync::record_pointer_array_batch(filled.is_some());
-            LtGemm {
+            vec![GroupWork::Lt(LtGemm {
                 m: m as u64,
                 n: chunk as u64,
                 k: k as u64,
@@ -312,13 +378,14 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 }),
                 strided: None,
                 autotune: true,
-            }
+            })]
         },
     )?;
     drop(keep);
     // The scale pass, or the scales for the caller's epilogue (`group_epilogue`: one pass for
-    // the scales, the biases and the unpad) where the output already has the dtype asked for.
-    let deferred = scale_pass.filter(|_| defer_scales && d_dtype == DType::from(options.out_dtype));
+    // the scales, the biases and the unpad) where the output already has the dtype asked for;
+    // neither where our kernel applied them.
+    let deferred = scale_pass.filter(|_| deferring);
     if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = deferred {
         let scales = |h: &Handle| {
             CubeTensor::new_contiguous(client.clone(), device.clone(), Shape::new([groups.count]), h.clone(), DType::F32)
@@ -327,7 +394,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
         return Ok((out, Some(pair)));
     }
-    if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = scale_pass {
+    if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = scale_pass.filter(|_| !kernel_scales) {
         kernels::row_scale::group_row_scale_in_place(
             &client,
             &out,
@@ -350,6 +417,15 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         Cube::<R, F, I, BT>::float_cast(out, options.out_dtype)
     };
     Ok((out, None))
+}
+
+/// The chunks a batch's groups fill, if the splits' host copy has arrived (never waits), is
+/// valid and fits the bound of `count` chunks.
+fn filled_chunks(host: &HostCopy<HostGroups>, count: usize) -> Option<usize> {
+    host.try_get()
+        .filter(|host| host.status == SplitStatus::Valid)
+        .map(|host| host.groups.iter().map(|g| g.len).sum::<usize>() / GROUP_ALIGN)
+        .filter(|&chunks| chunks <= count)
 }
 
 /// The per-group `scale_inv` arrays of a pointer-array FP8 GEMM's two operands (ours: A the

@@ -12,7 +12,9 @@
 //! Not synchronizations, but what the absence of one cost: `exact_batches` counts pointer-array
 //! grouped GEMMs that found the splits' host copy already arrived and ran exactly the chunks the
 //! groups fill, `bound_batches` those that ran the host-known bound of chunks (the copy had not
-//! arrived; nothing waited for it).
+//! arrived; nothing waited for it). `device_grouped_batches` counts those that ran our Hopper
+//! grouped GEMM instead of a bound batch (`sm90_grouped`; it reads the groups on the device and
+//! computes only the chunks they fill), which are not counted as bound.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,6 +33,7 @@ static BLOCKING_DEBUG_METRIC_READS: AtomicU64 = AtomicU64::new(0);
 static DEBUG_WAIT_US: AtomicU64 = AtomicU64::new(0);
 static EXACT_BATCHES: AtomicU64 = AtomicU64::new(0);
 static BOUND_BATCHES: AtomicU64 = AtomicU64::new(0);
+static DEVICE_GROUPED_BATCHES: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the counters (process-wide, all devices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,6 +48,7 @@ pub struct HostSyncs {
     pub debug_wait_us: u64,
     pub exact_batches: u64,
     pub bound_batches: u64,
+    pub device_grouped_batches: u64,
 }
 
 impl HostSyncs {
@@ -62,6 +66,7 @@ impl HostSyncs {
             debug_wait_us: self.debug_wait_us - earlier.debug_wait_us,
             exact_batches: self.exact_batches - earlier.exact_batches,
             bound_batches: self.bound_batches - earlier.bound_batches,
+            device_grouped_batches: self.device_grouped_batches - earlier.device_grouped_batches,
         }
     }
 
@@ -86,6 +91,7 @@ pub fn host_syncs() -> HostSyncs {
         debug_wait_us: DEBUG_WAIT_US.load(Ordering::Relaxed),
         exact_batches: EXACT_BATCHES.load(Ordering::Relaxed),
         bound_batches: BOUND_BATCHES.load(Ordering::Relaxed),
+        device_grouped_batches: DEVICE_GROUPED_BATCHES.load(Ordering::Relaxed),
     }
 }
 
@@ -122,4 +128,11 @@ pub(crate) fn record_pointer_array_batch(exact: bool) {
     } else {
         BOUND_BATCHES.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A graph-safe grouped GEMM that ran our Hopper kernel (`sm90_grouped`) rather than a
+/// pointer-array batch.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_device_grouped_batch() {
+    DEVICE_GROUPED_BATCHES.fetch_add(1, Ordering::Relaxed);
 }

@@ -28,6 +28,8 @@ pub mod cuda_gemm;
 mod cuda_batched;
 #[cfg(feature = "cuda")]
 pub mod cuda_grouped;
+#[cfg(feature = "cuda")]
+pub mod sm90_grouped;
 pub mod device;
 pub mod gemm;
 pub mod gemm_profile;

@@ -103,6 +103,10 @@ pub struct RunSummary {
     pub exact_batches_per_step: f64,
     #[serde(default)]
     pub bound_batches_per_step: f64,
+    /// Graph-safe expert GEMMs per step that ran our Hopper grouped GEMM instead of a bound
+    /// batch (`LOWP_GROUPED_KERNEL=sm90`).
+    #[serde(default)]
+    pub device_grouped_batches_per_step: f64,
     pub peak_memory_bytes: Option<u64>,
     /// Tokens per expert, summed over layers and the run's last step (load balance).
     pub last_loads: Vec<i64>,
@@ -475,6 +479,7 @@ where
         blocking_split_reads_per_step: syncs.blocking_split_reads as f64 / ran as f64,
         exact_batches_per_step: syncs.exact_batches as f64 / ran as f64,
         bound_batches_per_step: syncs.bound_batches as f64 / ran as f64,
+        device_grouped_batches_per_step: syncs.device_grouped_batches as f64 / ran as f64,
         peak_memory_bytes: peak_memory,
         last_loads,
         debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,

@@ -877,6 +877,160 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     }
 }
 
+/// Our Hopper grouped GEMM (CUDA, `GroupedKernel::Sm90`, restored afterwards even on failure):
+/// where the splits' host copy has not arrived, a grouped fprop/dgrad with BF16 output runs our
+/// kernel instead of cuBLASLt's bound batch (`device_grouped_batches`, not `bound_batches`) and
+/// gives cuBLASLt's exact batch's products on every group row (relative error <= 4e-3: another
+/// summation order, and for per-expert FP8 scales applied before the one BF16 rounding instead of
+/// a scale pass after it), with zeros in the rows past the filled chunks; under BF16 and FP8
+/// current scaling (per-expert and shared scales), on the skewed splits with an empty expert, at
+/// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (pingpong and cooperative
+/// kernels). Per-expert scales left to the caller (`lowp_grouped_gemm_unscaled`) stay the
+/// caller's: the unit-scale product and the epilogue give the same token rows. On a GPU that is
+/// not sm_90 (`sm90` false) the setting falls back to the bound batch, which gives the same
+/// products.
+#[cfg(feature = "cuda")]
+pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &B::Device, sm90: bool) {
+    use burn::tensor::{FloatDType, TensorPrimitive};
+    use burn_lowp::backend::sm90_grouped::{grouped_kernel, set_grouped_kernel, GroupedKernel};
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupEpilogue, GroupedOperand, Groups};
+    use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
+    use burn_lowp::format::{Fp8Format, Usage};
+    use burn_lowp::quant::grouped::quantize_grouped;
+    use burn_lowp::quant::{IdentityDtype, QuantizerSpec};
+    let _turn = turn();
+    /// Puts the setting back when the check ends, failed or not.
+    struct Restore(GroupedKernel);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_grouped_kernel(self.0);
+        }
+    }
+    let _restore = Restore(grouped_kernel());
+    set_grouped_kernel(GroupedKernel::Sm90);
+    // Aligned groups of 384, 0, 128 and 256 rows: 6 chunks filled of the bound's 8.
+    let case = [300i64, 0, 17, 195];
+    let (tokens, experts, filled_rows) = (512, case.len(), 768);
+    let layout = B::group_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    // Reads the splits (waits for their copy): the layout's groups are known on the host.
+    layout.check().unwrap();
+    assert_eq!(layout.rows(), 1024, "the bound of the case");
+    let unknown = Groups::<B> {
+        host: layout.groups.host.unresolved(),
+        ..layout.groups.clone()
+    };
+    let labels = values(Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()).float());
+    let fp8 = QuantizerSpec::Fp8Current {
+        fp8: Fp8Format::E4M3,
+        pow2_scales: false,
+        amax_epsilon: 0.0,
+    };
+    let bf16 = QuantizerSpec::Identity {
+        dtype: IdentityDtype::Bf16,
+    };
+    let options = || GemmOptions::<B> {
+        out_dtype: FloatDType::BF16,
+        ..GemmOptions::default()
+    };
+    let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
+    // Short reductions take the pingpong kernels; 2304 (fprop of the third, dgrad of the fourth)
+    // the cooperative ones.
+    for (inp, out) in [(256, 256), (512, 384), (2304, 384), (256, 2304)] {
+        let weight_groups =
+            Groups::<B>::from_host(uniform_groups(experts, out), experts * out, device).unwrap();
+        let x = Tensor::<B, 2>::random([layout.rows(), inp], Distribution::Normal(0.0, 1.0), device);
+        let dy = Tensor::<B, 2>::random([layout.rows(), out], Distribution::Normal(0.0, 1.0), device);
+        let w = Tensor::<B, 2>::random([experts * out, inp], Distribution::Normal(0.0, 0.05), device);
+        for (name, spec, scaling) in [
+            ("bf16", &bf16, GroupScaling::PerGroup),
+            ("fp8 per-expert scales", &fp8, GroupScaling::PerGroup),
+            ("fp8 shared scales", &fp8, GroupScaling::Shared),
+        ] {
+            let quantize = |t: &Tensor<B, 2>, groups: &Groups<B>| {
+                quantize_grouped::<B>(t.clone().into_primitive().tensor(), groups, spec, Usage::BOTH, 0, None, scaling)
+                    .unwrap()
+            };
+            let (qx, qdy, qw) = (
+                quantize(&x, &layout.groups),
+                quantize(&dy, &layout.groups),
+                quantize(&w, &weight_groups),
+            );
+            for (kind, rows_operand) in [(GemmKind::Fprop, &qx), (GemmKind::Dgrad, &qdy)] {
+                let what = format!("{name} {inp} -> {out} {kind:?}");
+                let w_op = GroupedOperand {
+                    tensor: &qw,
+                    groups: &weight_groups,
+                };
+                // (out, (exact, bound, device-grouped batches, split reads)).
+                let run = |groups: &Groups<B>| {
+                    let a = GroupedOperand {
+                        tensor: rows_operand,
+                        groups,
+                    };
+                    let before = host_syncs();
+                    let out = floats(B::lowp_grouped_gemm(kind, a, w_op, options()).unwrap());
+                    let c = host_syncs().since(&before);
+                    (out, (c.exact_batches, c.bound_batches, c.device_grouped_batches, c.split_reads))
+                };
+                let (exact, counts) = run(&layout.groups);
+                assert_eq!(counts, (1, 0, 0, 0), "{what}: the exact batch (cuBLASLt)");
+                let (bound, counts) = run(&unknown);
+                let (wanted, ran) = if sm90 {
+                    ((0, 0, 1, 0), "our sm90 kernel")
+                } else {
+                    ((0, 1, 0, 0), "cuBLASLt's bound batch (not an sm_90 GPU)")
+                };
+                assert_eq!(counts, wanted, "{what}: before the splits' copy, {ran} runs");
+                let cols = exact.len() / layout.rows();
+                assert_eq!(cols, [out, inp][(kind == GemmKind::Dgrad) as usize], "{what}: output columns");
+                let cut = filled_rows * cols;
+                let err = relative_error(&bound[..cut], &exact[..cut]);
+                assert!(err <= 4e-3, "{what}: {ran} and the exact batch differ by {err:.2e}");
+                check_product_then_zero_rows(&exact, cut, &format!("{what}: the exact batch"));
+                check_product_then_zero_rows(&bound, cut, &format!("{what}: {ran}"));
+
+                if name == "fp8 per-expert scales" {
+                    // Deferred scales: the unit-scale product, scaled once by the epilogue.
+                    let a = GroupedOperand {
+                        tensor: rows_operand,
+                        groups: &unknown,
+                    };
+                    let before = host_syncs();
+                    let (unit, scales) = B::lowp_grouped_gemm_unscaled(kind, a, w_op, options()).unwrap();
+                    assert!(scales.is_some(), "{what}: per-expert scales left to the caller");
+                    let finished = floats(B::lowp_group_epilogue(
+                        unit,
+                        layout.row_group.clone(),
+                        GroupEpilogue {
+                            bias: None,
+                            scales,
+                            gather: None,
+                        },
+                    ));
+                    // (Counted when CubeCL's device thread runs the batch: read after the output.)
+                    let c = host_syncs().since(&before);
+                    assert_eq!(
+                        (c.exact_batches, c.bound_batches, c.device_grouped_batches),
+                        (wanted.0, wanted.1, wanted.2),
+                        "{what}: deferred scales, before the splits' copy, {ran} runs"
+                    );
+                    // Token rows (the epilogue zeroes padding rows, which these operands fill).
+                    let token_rows = |v: &[f32]| {
+                        labels
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, &g)| (g as usize) < experts)
+                            .flat_map(|(r, _)| v[r * cols..(r + 1) * cols].to_vec())
+                            .collect::<Vec<f32>>()
+                    };
+                    let err = relative_error(&token_rows(&finished), &token_rows(&exact));
+                    assert!(err <= 4e-3, "{what}: deferred scales: {ran} and the exact batch differ by {err:.2e}");
+                }
+            }
+        }
+    }
+}
+
 /// The splits' host copy is seen as soon as it has arrived, without a read (CUDA, default
 /// first-reader resolution): a mark on the stream after the copy tells `try_get`, so a grouped
 /// GEMM queued once the GPU has caught up runs its exact batch, and no split read is counted.
