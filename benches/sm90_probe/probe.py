@@ -2,7 +2,14 @@
 through `harness.cu` (ctypes) and PyTorch: correctness against an FP32 reference per expert, then
 TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's MoE shapes.
 
-  python3 probe.py LIB [--check] [--time] [--shapes ...]
+  python3 probe.py LIB [--check] [--time] [--selected] [--only KERNEL ...] [--bands 1,16]
+                       [--shapes E,T,K,N ...]
+
+--check: every kernel on skewed splits with empty experts and column and K tails, with and without
+per-expert scales and bias; the grouped matrix's tail rows must be zero. --time: TFLOP/s of
+fprop/dgrad per kernel in turns with PyTorch (LOWP_ROUNDS rounds, default 5); --selected keeps
+the kernel and tile order `backend::sm90_grouped` picks. LOWP_BAND sets the tile order's band
+for --check (harness.cu reads it per launch).
 """
 import argparse
 import ctypes
