@@ -803,6 +803,22 @@ macro_rules! grouped_suite {
 }
 pub(crate) use grouped_suite;
 
+/// FP8 E4M3 current scaling and BF16 pass-through: the quantizers the grouped GEMM path checks
+/// below compare.
+fn fp8_current_e4m3() -> burn_lowp::quant::QuantizerSpec {
+    burn_lowp::quant::QuantizerSpec::Fp8Current {
+        fp8: burn_lowp::format::Fp8Format::E4M3,
+        pow2_scales: false,
+        amax_epsilon: 0.0,
+    }
+}
+
+fn bf16_identity() -> burn_lowp::quant::QuantizerSpec {
+    burn_lowp::quant::QuantizerSpec::Identity {
+        dtype: burn_lowp::quant::IdentityDtype::Bf16,
+    }
+}
+
 /// Large groups whose splits the host already knows (CUDA): where every group's GEMM fills the
 /// GPU, BF16 dgrad and FP8 fprop/dgrad with per-expert scales run one GEMM per group, the rest
 /// keep the pointer array (`backend::per_group_pays`); before the splits' copy has arrived every
@@ -813,9 +829,8 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     use burn::tensor::TensorPrimitive;
     use burn_lowp::backend::{GemmKind, GemmOptions, GemmPath, GroupedGemmPath, GroupedOperand, Groups};
     use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
-    use burn_lowp::format::{Fp8Format, Usage};
+    use burn_lowp::format::Usage;
     use burn_lowp::quant::grouped::quantize_grouped;
-    use burn_lowp::quant::{IdentityDtype, QuantizerSpec};
     let _turn = turn();
     // Two experts of 4096 aligned rows, 2048 -> 2048: 32 x 16 output tiles per group, three waves
     // on any GPU of up to 170 multiprocessors (an H100 has 132).
@@ -831,14 +846,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     let weight_groups = Groups::<B>::from_host(uniform_groups(2, features), 2 * features, device).unwrap();
     let x = Tensor::<B, 2>::random([layout.rows(), features], Distribution::Normal(0.0, 1.0), device);
     let w = Tensor::<B, 2>::random([2 * features, features], Distribution::Normal(0.0, 0.02), device);
-    let fp8 = QuantizerSpec::Fp8Current {
-        fp8: Fp8Format::E4M3,
-        pow2_scales: false,
-        amax_epsilon: 0.0,
-    };
-    let bf16 = QuantizerSpec::Identity {
-        dtype: IdentityDtype::Bf16,
-    };
+    let (fp8, bf16) = (fp8_current_e4m3(), bf16_identity());
     let (pa, pg) = (GroupedGemmPath::PointerArray, GroupedGemmPath::PerGroup);
     let (hp, fp8_path) = (GemmPath::CublasLtHighPrecision, GemmPath::CublasLtFp8Tensor);
     for (name, spec, scaling, fprop, dgrad) in [
@@ -895,9 +903,8 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
     use burn_lowp::backend::sm90_grouped::{grouped_kernel, set_grouped_kernel, GroupedKernel};
     use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupEpilogue, GroupedOperand, Groups};
     use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
-    use burn_lowp::format::{Fp8Format, Usage};
+    use burn_lowp::format::Usage;
     use burn_lowp::quant::grouped::quantize_grouped;
-    use burn_lowp::quant::{IdentityDtype, QuantizerSpec};
     let _turn = turn();
     /// Puts the setting back when the check ends, failed or not.
     struct Restore(GroupedKernel);
@@ -920,14 +927,7 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
         ..layout.groups.clone()
     };
     let labels = values(Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()).float());
-    let fp8 = QuantizerSpec::Fp8Current {
-        fp8: Fp8Format::E4M3,
-        pow2_scales: false,
-        amax_epsilon: 0.0,
-    };
-    let bf16 = QuantizerSpec::Identity {
-        dtype: IdentityDtype::Bf16,
-    };
+    let (fp8, bf16) = (fp8_current_e4m3(), bf16_identity());
     let options = || GemmOptions::<B> {
         out_dtype: FloatDType::BF16,
         ..GemmOptions::default()
