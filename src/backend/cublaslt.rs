@@ -918,12 +918,9 @@ impl CublasLt {
         let stream = self.lanes[lane].stream.cu_stream();
         let sm_target = self.sm_target as u32;
         let flags = stream_ordering() == StreamOrdering::DeviceFlags;
+        let multiprocessors = super::cuda_gemm::multiprocessors(self.ctx.ordinal()) as u32;
         let kernels = self.sm90_kernels()?;
-        let ctas = if flags {
-            sm_target.min(kernels.multiprocessors())
-        } else {
-            kernels.multiprocessors()
-        };
+        let ctas = if flags { sm_target.min(multiprocessors) } else { multiprocessors };
         unsafe { kernels.launch(g, stream, ctas) }
     }
 

@@ -63,7 +63,7 @@ pub(crate) fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
 }
 
 /// A CUDA device attribute, read once per device and attribute (0 if it cannot be read).
-fn device_attribute(device: usize, attribute: cudarc::driver::sys::CUdevice_attribute) -> i32 {
+pub(crate) fn device_attribute(device: usize, attribute: cudarc::driver::sys::CUdevice_attribute) -> i32 {
     type Cache = std::sync::Mutex<std::collections::HashMap<(usize, i32), i32>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let mut cache = CACHE.get_or_init(Default::default).lock().expect("device attribute cache");

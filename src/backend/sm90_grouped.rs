@@ -36,10 +36,9 @@
 //! `stages * (128 + BN) * 128 + 1024 + stages * 16 + 16` bytes, arguments two `CUtensorMap`s (A
 //! `[P, K]`, B `[E, N, K]` or `[E, K, N]`; 128-byte swizzle) and [`GroupedGemmArgs`] by value.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::sync::{Arc, Once};
 
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 use cudarc::driver::{sys as cuda, CudaContext, CudaFunction};
@@ -104,24 +103,11 @@ pub fn set_grouped_kernel(kernel: GroupedKernel) {
 }
 
 /// Whether CUDA device `device` has compute capability exactly 9.0 (H100, H200, GH200), the
-/// kernels' `sm_90a` target; read once per device (false if it cannot be read).
+/// kernels' `sm_90a` target (the attributes read once per device, `cuda_gemm::device_attribute`).
 pub fn is_sm90(device: usize) -> bool {
     use cuda::CUdevice_attribute as A;
-    static CACHE: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    *cache.entry(device).or_insert_with(|| {
-        CudaContext::new(device)
-            .and_then(|ctx| {
-                Ok((
-                    ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-                    ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-                ))
-            })
-            .is_ok_and(|cc| cc == (9, 0))
-    })
+    super::cuda_gemm::is_hopper(device)
+        && super::cuda_gemm::device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) == 0
 }
 
 /// One of the seven kernels of `sm90/grouped_gemm.cu`.
@@ -325,11 +311,7 @@ impl Sm90GroupedGemm {
     /// Whether the buffers are where the kernel can read and write them: TMA operands and D (16-
     /// byte stores) 16-byte aligned, the u32 offsets and f32 scales 4-byte aligned.
     pub fn aligned(&self) -> bool {
-        let words = [Some(self.group_start), Some(self.group_rows)]
-            .into_iter()
-            .chain([self.scale_a, self.scale_b].map(|s| s.map(|s| s.0)));
-        [self.a, self.b, self.d].iter().all(|p| p % 16 == 0)
-            && words.flatten().all(|p| p % 4 == 0)
+        self.misaligned().is_none()
     }
 
     /// The first of this launch's buffers that is not aligned (`aligned`), for an error.
@@ -368,17 +350,15 @@ const _: () = assert!(std::mem::size_of::<GroupedGemmArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<cuda::CUtensorMap>() == 128);
 const _: () = assert!(std::mem::align_of::<cuda::CUtensorMap>() >= 64);
 
-/// The seven kernels of one CUDA context, and its SM count (the persistent grid).
+/// The seven kernels of one CUDA context.
 pub(crate) struct Sm90Kernels {
     functions: Vec<CudaFunction>,
-    multiprocessors: u32,
 }
 
 impl Sm90Kernels {
     /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the seven kernels into `ctx`
     /// and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
     pub(crate) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
-        use cuda::CUdevice_attribute as A;
         use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
         let ptx = compile_ptx_with_opts(
             include_str!("sm90/grouped_gemm.cu"),
@@ -422,19 +402,7 @@ impl Sm90Kernels {
                 })?;
             functions.push(function);
         }
-        let multiprocessors = ctx
-            .attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(driver("multiprocessor count"))?
-            .max(1) as u32;
-        Ok(Sm90Kernels {
-            functions,
-            multiprocessors,
-        })
-    }
-
-    /// The SMs of the device.
-    pub(crate) fn multiprocessors(&self) -> u32 {
-        self.multiprocessors
+        Ok(Sm90Kernels { functions })
     }
 
     /// Queues `g` on `stream` with a persistent grid of at most `ctas` CTAs (the caller's context
