@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+// The kernels' cluster twins too (the crate compiles only the kernels it launches).
+#define LOWP_GROUPED_GEMM_CLUSTERS
 #include "../../src/backend/sm90/grouped_gemm.cu"
 
 typedef void (*Kernel)(const TensorMap, const TensorMap, const GroupedGemmArgs);
@@ -19,16 +21,24 @@ struct Variant {
     bool fp8;
     bool mn_major;
     int stages;
+    int cluster;  // CTAs per cluster (2: B multicast, K-major B loaded in boxes of bn / 2 rows)
 };
 
 static const Variant VARIANTS[] = {
-    {"bf16_tn_256", lowp_grouped_gemm_bf16_tn_256, 256, false, false, 4},
-    {"bf16_nn_256", lowp_grouped_gemm_bf16_nn_256, 256, false, true, 4},
-    {"e4m3_tn_256", lowp_grouped_gemm_e4m3_tn_256, 256, true, false, 4},
-    {"e4m3_tn_split_128", lowp_grouped_gemm_e4m3_tn_split_128, 128, true, false, 6},
-    {"bf16_tn_128_pingpong", lowp_grouped_gemm_bf16_tn_128_pingpong, 128, false, false, 6},
-    {"bf16_nn_128_pingpong", lowp_grouped_gemm_bf16_nn_128_pingpong, 128, false, true, 6},
-    {"e4m3_tn_128_pingpong", lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, 6},
+    {"bf16_tn_256", lowp_grouped_gemm_bf16_tn_256, 256, false, false, 4, 1},
+    {"bf16_nn_256", lowp_grouped_gemm_bf16_nn_256, 256, false, true, 4, 1},
+    {"e4m3_tn_256", lowp_grouped_gemm_e4m3_tn_256, 256, true, false, 4, 1},
+    {"e4m3_tn_split_128", lowp_grouped_gemm_e4m3_tn_split_128, 128, true, false, 6, 1},
+    {"bf16_tn_128_pingpong", lowp_grouped_gemm_bf16_tn_128_pingpong, 128, false, false, 6, 1},
+    {"bf16_nn_128_pingpong", lowp_grouped_gemm_bf16_nn_128_pingpong, 128, false, true, 6, 1},
+    {"e4m3_tn_128_pingpong", lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, 6, 1},
+    {"bf16_tn_256_x2", lowp_grouped_gemm_bf16_tn_256_x2, 256, false, false, 4, 2},
+    {"bf16_nn_256_x2", lowp_grouped_gemm_bf16_nn_256_x2, 256, false, true, 4, 2},
+    {"e4m3_tn_256_x2", lowp_grouped_gemm_e4m3_tn_256_x2, 256, true, false, 4, 2},
+    {"e4m3_tn_split_128_x2", lowp_grouped_gemm_e4m3_tn_split_128_x2, 128, true, false, 6, 2},
+    {"bf16_tn_128_pingpong_x2", lowp_grouped_gemm_bf16_tn_128_pingpong_x2, 128, false, false, 6, 2},
+    {"bf16_nn_128_pingpong_x2", lowp_grouped_gemm_bf16_nn_128_pingpong_x2, 128, false, true, 6, 2},
+    {"e4m3_tn_128_pingpong_x2", lowp_grouped_gemm_e4m3_tn_128_pingpong_x2, 128, true, false, 6, 2},
 };
 
 static int encode(TensorMap* out, CUtensorMapDataType type, cuuint32_t rank, void* base,
@@ -78,7 +88,7 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
     } else {
         cuuint64_t dims[3] = {(cuuint64_t)k, (cuuint64_t)n, (cuuint64_t)groups};
         cuuint64_t strides[2] = {(cuuint64_t)k * es, (cuuint64_t)n * k * es};
-        cuuint32_t box[3] = {(cuuint32_t)bk, (cuuint32_t)var.bn, 1};
+        cuuint32_t box[3] = {(cuuint32_t)bk, (cuuint32_t)(var.bn / var.cluster), 1};
         if (encode(&mb, type, 3, b, dims, strides, box)) return -2;
     }
     const int smem = var.stages * (128 + var.bn) * 128 + 1024 + var.stages * 16 + 16;
@@ -104,6 +114,23 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
     args.scale_a_step = scale_a_step;
     args.scale_b_step = scale_b_step;
     args.band = band ? atoi(band) : 1;
+    if (var.cluster > 1) {
+        // The resident clusters of two (the cluster size is the kernel's, fixed at compile time).
+        static int clusters[sizeof(VARIANTS) / sizeof(VARIANTS[0])] = {};
+        if (clusters[v] == 0) {
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(grid, 1, 1);
+            config.blockDim = dim3(384, 1, 1);
+            config.dynamicSmemBytes = smem;
+            e = cudaOccupancyMaxActiveClusters(&clusters[v], (const void*)var.kernel, &config);
+            if (e != cudaSuccess || clusters[v] <= 0) {
+                fprintf(stderr, "max active clusters: %s (%d)\n", cudaGetErrorString(e), clusters[v]);
+                return -5;
+            }
+            fprintf(stderr, "%s: %d resident clusters\n", var.name, clusters[v]);
+        }
+        grid = 2 * clusters[v];
+    }
     var.kernel<<<grid, 384, smem, (cudaStream_t)stream>>>(ma, mb, args);
     e = cudaGetLastError();
     if (e != cudaSuccess) {

@@ -2,13 +2,14 @@
 through `harness.cu` (ctypes) and PyTorch: correctness against an FP32 reference per expert, then
 TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's MoE shapes.
 
-  python3 probe.py LIB [--check] [--time] [--selected] [--only KERNEL ...] [--bands 1,16]
+  python3 probe.py LIB [--check] [--time] [--selected [--x2]] [--only KERNEL ...] [--bands 1,16]
                        [--shapes E,T,K,N ...]
 
 --check: every kernel on skewed splits with empty experts and column and K tails, with and without
 per-expert scales and bias; the grouped matrix's tail rows must be zero. --time: TFLOP/s of
 fprop/dgrad per kernel in turns with PyTorch (LOWP_ROUNDS rounds, default 5); --selected keeps
-the kernel and tile order `backend::sm90_grouped` picks. LOWP_BAND sets the tile order's band
+the kernel and tile order `backend::sm90_grouped` picks, and --x2 its twin in clusters of two
+CTAs (B multicast). LOWP_BAND sets the tile order's band
 for --check (harness.cu reads it per launch).
 """
 import argparse
@@ -170,7 +171,7 @@ def in_turns(ours, peer, iters, rounds=int(os.environ.get("LOWP_ROUNDS", "5"))):
     return best_o, best_p
 
 
-def timing(kern, shapes, only=None, bands=(1,), pick=False):
+def timing(kern, shapes, only=None, bands=(1,), pick=False, x2=False):
     for (e, t, k, n) in shapes:
         for skewed in (False, True):
             splits = make_splits(e, t, skewed)
@@ -214,7 +215,7 @@ def timing(kern, shapes, only=None, bands=(1,), pick=False):
                 if only and not any(o == name for o in only):
                     continue
                 red = n if "dgrad" in label else k
-                if pick and name != selected(label, red):
+                if pick and name not in (selected(label, red), selected(label, red) + ("_x2" if x2 else "")):
                     continue
                 for band in ([band_for(name, out_n)] if pick else bands):
                     os.environ["LOWP_BAND"] = str(band)
@@ -232,13 +233,14 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--bands", default="1")
     ap.add_argument("--selected", action="store_true", help="only the kernel and band the crate picks")
+    ap.add_argument("--x2", action="store_true", help="with --selected: its cluster (_x2) twin too")
     ap.add_argument("--shapes", nargs="*", default=["8,32768,7168,2048", "16,32768,2048,768", "128,65536,2048,1536"])
     args = ap.parse_args()
     kern = Kernels(args.lib)
     failures = check(kern) if args.check else 0
     if args.time:
         timing(kern, [tuple(int(v) for v in s.split(",")) for s in args.shapes], args.only,
-               [int(b) for b in args.bands.split(",")], args.selected)
+               [int(b) for b in args.bands.split(",")], args.selected, args.x2)
     print(f"failures: {failures}")
     sys.exit(1 if failures else 0)
 
