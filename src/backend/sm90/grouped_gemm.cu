@@ -486,6 +486,35 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
     }
 }
 
+// What the producer needs of a work unit: the A chunk it loads, B's first column and expert, and
+// (clusters) whether the pair shares B.
+struct ProducerTile {
+    int chunk;
+    int col0;
+    int group;
+    bool multicast;
+};
+
+template <int BN, int CLUSTER>
+__device__ __forceinline__ ProducerTile producer_tile(const GroupedGemmArgs& args, int unit,
+                                                      int chunks, int row_units, int n_tiles,
+                                                      int band, u32 rank) {
+    int row_unit, col_tile;
+    unit_position(unit, row_units, n_tiles, band, row_unit, col_tile);
+    ProducerTile t;
+    t.col0 = col_tile * BN;
+    // A cluster's second chunk past the filled ones (an odd count) is computed on the last
+    // filled chunk's rows and not stored: the pair's stages stay in step.
+    t.chunk = smaller(row_unit * CLUSTER + (int)rank, chunks - 1);
+    t.group = group_of_row(args.group_start, args.groups, t.chunk * LOWP_BM);
+    t.multicast = false;
+    if constexpr (CLUSTER > 1) {
+        const int other = smaller(row_unit * CLUSTER + (int)(rank ^ 1), chunks - 1);
+        t.multicast = group_of_row(args.group_start, args.groups, other * LOWP_BM) == t.group;
+    }
+    return t;
+}
+
 // B_MN_MAJOR: B is [E, K, N] (N contiguous); else [E, N, K] (K contiguous).
 // PINGPONG: each consumer warpgroup computes whole 128 x BN tiles, the two taking turns, so that
 // one's epilogue runs while the other's wgmmas keep the tensor cores busy (an order barrier lets
@@ -567,19 +596,13 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
         } else if (threadIdx.x == 0) {
             int stage = 0;
             u32 phase = 0;
+            ProducerTile next = {};
+            if (first_unit < units)
+                next = producer_tile<BN, CLUSTER>(args, first_unit, chunks, row_units, n_tiles, band, rank);
             for (int unit = first_unit; unit < units; unit += unit_step) {
-                int row_unit, col_tile;
-                unit_position(unit, row_units, n_tiles, band, row_unit, col_tile);
-                const int col0 = col_tile * BN;
-                // A cluster's second chunk past the filled ones (an odd count) is computed on the
-                // last filled chunk's rows and not stored: the pair's stages stay in step.
-                const int chunk = smaller(row_unit * CLUSTER + (int)rank, chunks - 1);
-                const int group = group_of_row(args.group_start, groups, chunk * LOWP_BM);
-                bool multicast = false;
-                if constexpr (CLUSTER > 1) {
-                    const int other = smaller(row_unit * CLUSTER + (int)(rank ^ 1), chunks - 1);
-                    multicast = group_of_row(args.group_start, groups, other * LOWP_BM) == group;
-                }
+                const ProducerTile cur = next;
+                const int following = unit + unit_step;
+                bool located = false;
                 for (int kb = 0; kb < k_blocks; ++kb) {
                     barrier_wait(empty + 8 * stage, phase ^ 1);
                     const u32 bar = full + 8 * stage;
@@ -587,37 +610,45 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
                     const u32 sb = sa + A_BYTES;
                     // All of the stage's bytes land here: a multicast sends the peer's half.
                     barrier_expect_bytes(bar, STAGE_BYTES);
-                    tma_load_2d(sa, tm_a, bar, kb * BK, chunk * LOWP_BM);
+                    tma_load_2d(sa, tm_a, bar, kb * BK, cur.chunk * LOWP_BM);
                     if constexpr (B_MN_MAJOR) {
                         // [64 K rows] x [64 N] boxes, one per 64 columns of the tile.
                         constexpr int BOXES = BN / 64;
-                        if (multicast) {
+                        if (cur.multicast) {
 #pragma unroll
                             for (int j = 0; j < BOXES / 2; ++j) {
                                 const int box = (int)rank * (BOXES / 2) + j;
-                                tma_load_3d_multicast(sb + box * 8192, tm_b, bar, col0 + 64 * box,
-                                                      kb * BK, group, 3);
+                                tma_load_3d_multicast(sb + box * 8192, tm_b, bar, cur.col0 + 64 * box,
+                                                      kb * BK, cur.group, 3);
                             }
                         } else {
 #pragma unroll
                             for (int j = 0; j < BOXES; ++j)
-                                tma_load_3d(sb + j * 8192, tm_b, bar, col0 + 64 * j, kb * BK,
-                                            group);
+                                tma_load_3d(sb + j * 8192, tm_b, bar, cur.col0 + 64 * j, kb * BK,
+                                            cur.group);
                         }
-                    } else if (multicast) {
+                    } else if (cur.multicast) {
                         tma_load_3d_multicast(sb + rank * (B_BYTES / 2), tm_b, bar, kb * BK,
-                                              col0 + (int)rank * (BN / 2), group, 3);
+                                              cur.col0 + (int)rank * (BN / 2), cur.group, 3);
                     } else {
 #pragma unroll
                         for (int h = 0; h < BN / B_BOX; ++h)
                             tma_load_3d(sb + h * B_BOX * LOWP_BK_BYTES, tm_b, bar, kb * BK,
-                                        col0 + h * B_BOX, group);
+                                        cur.col0 + h * B_BOX, cur.group);
+                    }
+                    // The next tile's position and expert (dependent global loads) are looked up
+                    // while this tile's loads are in flight, not in front of the next tile's.
+                    if (!located) {
+                        if (following < units) next = producer_tile<BN, CLUSTER>(args, following, chunks, row_units, n_tiles, band, rank);
+                        located = true;
                     }
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
                 }
+                if (!located && following < units)
+                    next = producer_tile<BN, CLUSTER>(args, following, chunks, row_units, n_tiles, band, rank);
             }
         }
     } else {
