@@ -91,7 +91,7 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
         cuuint32_t box[3] = {(cuuint32_t)bk, (cuuint32_t)(var.bn / var.cluster), 1};
         if (encode(&mb, type, 3, b, dims, strides, box)) return -2;
     }
-    const int smem = var.stages * (128 + var.bn) * 128 + 1024 + var.stages * 16 + 16;
+    const int smem = var.stages * (128 + var.bn) * 128 + 2 * 16384 + 1024 + var.stages * 16 + 16;
     cudaError_t e = cudaFuncSetAttribute((const void*)var.kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) {

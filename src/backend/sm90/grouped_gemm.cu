@@ -266,10 +266,24 @@ __device__ __forceinline__ float bf16_to_float(u16 v) {
     return f;
 }
 
-__device__ __forceinline__ u32 shuffle_xor(u32 v, int mask) {
-    u32 r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(v), "r"(mask));
-    return r;
+// Four 8 x 8 b16 matrices from the warp's registers to shared memory: lane l gives the address
+// of row l % 8 of matrix l / 8, and holds (row l / 4, columns 2(l % 4), +1) of each matrix.
+__device__ __forceinline__ void store_matrix_x4(u32 address, const u32* r) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+__device__ __forceinline__ void load_shared_16_bytes(u32 address, u32* w) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(address)
+                 : "memory");
+}
+
+// The 128 threads of consumer warpgroup c meet (named barrier 1 + c; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync(int consumer) {
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
 
 __device__ __forceinline__ void store_16_bytes(u16* p, const u32* w) {
@@ -318,12 +332,81 @@ __device__ __forceinline__ void release_stage(u32 bar) {
     }
 }
 
+// Bytes of shared memory each consumer warpgroup stages its output through: 64 rows of 128 bf16.
+#define LOWP_STAGING_BYTES 16384
+
+// Epilogue of one consumer warpgroup: D rows [row0, row0 + 64·MI) x columns [col0, col0 + BN)
+// from its accumulators (the m64nBN fragment: thread (warp w, lane l) holds rows 16w + l/4 and
+// +8 and, per 8-column step j, columns 8j + 2(l%4), +1), times `scale` plus the bias row when
+// `transform`, rounded once to bf16. It goes out in rounds of 64 rows x 128 columns through the
+// warpgroup's staging buffer: stmatrix writes the fragments as rows, then each thread reads
+// 16-byte pieces of whole rows back and stores them, a warp writing two 256-byte rows at a time.
+// The 16-byte pieces of a row are XOR-swizzled by row % 8, so that the eight rows of an 8 x 8
+// matrix, and the two rows a warp reads, fall in distinct banks. (Transposing the fragments
+// with shuffles instead took ~11,000 cycles a tile on the H100, with the tensor cores idle.)
+template <int BN, int MI>
+__device__ __forceinline__ void store_tile(const GroupedGemmArgs& args, const float (&acc)[MI][BN / 2],
+                                           u32 staging, int consumer, long long row0, int col0,
+                                           bool transform, float scale, const u16* bias_row) {
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x / 32) % 4;
+    const int t = threadIdx.x % 128;
+    // stmatrix: this lane's row of the 8 x 8 matrix it addresses (matrix q = lane / 8 of four:
+    // steps j, j, j + 1, j + 1 at rows +0, +8, +0, +8 of the warp's 16).
+    const int q = lane / 8;
+    const int st_row = warp * 16 + lane % 8 + 8 * (q % 2);
+    // Read-back: this thread's 16-byte piece (8 columns) of rows t / 16 + 8i.
+    const int piece = t % 16;
+#pragma unroll
+    for (int m = 0; m < MI; ++m) {
+#pragma unroll
+        for (int h = 0; h < BN / 128; ++h) {
+#pragma unroll
+            for (int j2 = 0; j2 < 8; ++j2) {
+                u32 r[4];
+#pragma unroll
+                for (int p = 0; p < 4; ++p) {
+                    const int j = h * 16 + 2 * j2 + p / 2;  // 8-column step in the tile
+                    float v0 = acc[m][4 * j + 2 * (p % 2)];
+                    float v1 = acc[m][4 * j + 2 * (p % 2) + 1];
+                    if (transform) {
+                        const int col = col0 + 8 * j + 2 * (lane % 4);
+                        float b0 = 0.0f, b1 = 0.0f;
+                        if (bias_row != nullptr && col < args.n) {
+                            const u32 bb = *reinterpret_cast<const u32*>(bias_row + col);
+                            b0 = bf16_to_float((u16)(bb & 0xFFFF));
+                            b1 = bf16_to_float((u16)(bb >> 16));
+                        }
+                        v0 = v0 * scale + b0;
+                        v1 = v1 * scale + b1;
+                    }
+                    r[p] = bf16x2(v0, v1);
+                }
+                const int st_piece = 2 * j2 + q / 2;
+                store_matrix_x4(staging + st_row * 256 + ((st_piece ^ (st_row % 8)) * 16), r);
+            }
+            warpgroup_sync(consumer);
+            const int col = col0 + h * 128 + 8 * piece;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int row = t / 16 + 8 * i;
+                u32 w[4];
+                load_shared_16_bytes(staging + row * 256 + ((piece ^ (row % 8)) * 16), w);
+                if (col < args.n) store_16_bytes(args.d + (row0 + m * 64 + row) * args.ldd + col, w);
+            }
+            // The next round overwrites the buffer.
+            warpgroup_sync(consumer);
+        }
+    }
+}
+
 // A consumer warpgroup of `grouped_gemm_body`: wgmma over the stages the producer fills, then the
 // epilogue (scales, bias, bf16 stores).
 template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args, u32 base,
-                                                     u32 full, u32 empty, u32 order, int chunks,
+                                                     u32 staging, u32 full, u32 empty, u32 order,
+                                                     int chunks,
                                                      int units, int row_units, int n_tiles,
                                                      int band, int first_unit, int unit_step,
                                                      u32 rank, int k_blocks, int consumer) {
@@ -334,8 +417,6 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
     constexpr int MI = PINGPONG ? 2 : 1;
     const int groups = args.groups;
     const int n = args.n;
-    const int lane = threadIdx.x % 32;
-    const int warp = (threadIdx.x / 32) % 4;
     // Cooperative: this warpgroup's rows of each tile are [64·consumer, 64·consumer + 64).
     const u32 row_block = PINGPONG ? 0 : consumer * 64;
     float acc[MI][ACC];
@@ -429,60 +510,15 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
         // A cluster's second chunk past the filled ones computed nothing to store.
         if (chunk >= chunks) continue;
 
-        // Epilogue. Accumulator layout of m64nBN: thread (warp w, lane l) holds rows
-        // 16w + l/4 (+8) and, per 8-column step j, columns 8j + 2(l%4) (+1). Each quad of lanes
-        // transposes four steps' bf16 pairs so that a lane stores 8 adjacent columns (16 bytes):
-        // full 32-byte sectors instead of 4-byte pieces.
         const u16* __restrict__ bias = args.bias;
         const bool per_group = args.scale_a || args.scale_b || bias;
         const int group = per_group ? group_of_row(args.group_start, groups, chunk * LOWP_BM) : 0;
         float scale = 1.0f;
         if (args.scale_a) scale *= args.scale_a[group * args.scale_a_step];
         if (args.scale_b) scale *= args.scale_b[group * args.scale_b_step];
-        const int quad = lane % 4;
-#pragma unroll
-        for (int m = 0; m < MI; ++m) {
-            const int row0 = chunk * LOWP_BM + row_block + m * 64 + warp * 16 + lane / 4;
-#pragma unroll
-            for (int g = 0; g < BN / 32; ++g) {
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    u32 pair[4];
-#pragma unroll
-                    for (int t = 0; t < 4; ++t) {
-                        const int j = 4 * g + t;
-                        const int col = col0 + 8 * j + 2 * quad;
-                        float b0 = 0.0f, b1 = 0.0f;
-                        if (bias != nullptr && col < n) {
-                            const u32 bb =
-                                *reinterpret_cast<const u32*>(bias + (long long)group * n + col);
-                            b0 = bf16_to_float((u16)(bb & 0xFFFF));
-                            b1 = bf16_to_float((u16)(bb >> 16));
-                        }
-                        pair[t] = bf16x2(acc[m][4 * j + 2 * i] * scale + b0,
-                                         acc[m][4 * j + 2 * i + 1] * scale + b1);
-                    }
-                    // After the exchange, word s of this lane = lane s's pair for step 4g + quad.
-                    u32 word[4];
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int other = quad ^ r;
-                        const u32 send = other == 0 ? pair[0] : other == 1 ? pair[1]
-                                       : other == 2 ? pair[2] : pair[3];
-                        const u32 got = r == 0 ? send : shuffle_xor(send, r);
-                        if (other == 0) word[0] = got;
-                        else if (other == 1) word[1] = got;
-                        else if (other == 2) word[2] = got;
-                        else word[3] = got;
-                    }
-                    const int col = col0 + 8 * (4 * g + quad);
-                    if (col < n) {
-                        const long long row = row0 + 8 * i;
-                        store_16_bytes(args.d + row * args.ldd + col, word);
-                    }
-                }
-            }
-        }
+        store_tile<BN, MI>(args, acc, staging + consumer * LOWP_STAGING_BYTES, consumer,
+                           (long long)chunk * LOWP_BM + row_block, col0, per_group, scale,
+                           bias ? bias + (long long)group * n : nullptr);
     }
 }
 
@@ -544,7 +580,8 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
 
     extern __shared__ unsigned char smem_raw[];
     const u32 base = (shared_address(smem_raw) + 1023u) & ~1023u;
-    const u32 full = base + STAGES * STAGE_BYTES;  // STAGES mbarriers: stage loaded
+    const u32 staging = base + STAGES * STAGE_BYTES;  // the consumers' staging buffers
+    const u32 full = staging + 2 * LOWP_STAGING_BYTES;  // STAGES mbarriers: stage loaded
     const u32 empty = full + STAGES * 8;           // STAGES mbarriers: stage consumed
     const u32 order = empty + STAGES * 8;          // 2 mbarriers: consumer c may run its mainloop
 
@@ -654,7 +691,7 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         grouped_gemm_consume<BN, FP8, B_MN_MAJOR, SPLIT_ACC, STAGES, PINGPONG, CLUSTER>(
-            args, base, full, empty, order, chunks, units, row_units, n_tiles, band, first_unit,
+            args, base, staging, full, empty, order, chunks, units, row_units, n_tiles, band, first_unit,
             unit_step, rank, k_blocks, warpgroup - 1);
     }
     // Neither CTA of a cluster exits while its peer may still signal its barriers.
@@ -676,8 +713,9 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
         grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 2>(&tm_a, &tm_b, args);            \
     }
 
-// Dynamic shared memory of a kernel: STAGES · (128 + BN) · 128 bytes, 1024 bytes of alignment
-// slack and 16 bytes of mbarriers per stage plus 16 (192 KiB + 1 KiB + barriers for all of these).
+// Dynamic shared memory of a kernel: STAGES · (128 + BN) · 128 bytes, two 16 KiB staging
+// buffers, 1024 bytes of alignment slack and 16 bytes of mbarriers per stage plus 16
+// (224 KiB + 1 KiB + barriers for all of these).
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_256, 256, false, false, false, 4, false)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_256, 256, false, true, false, 4, false)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_256, 256, true, false, false, 4, false)
