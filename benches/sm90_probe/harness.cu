@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-// The kernels' cluster twins too (the crate compiles only the kernels it launches).
-#define LOWP_GROUPED_GEMM_CLUSTERS
+// The kernels the crate does not launch too: BF16 pingpong and the cluster twins.
+#define LOWP_GROUPED_GEMM_PROBE_KERNELS
 #include "../../src/backend/sm90/grouped_gemm.cu"
 
 typedef void (*Kernel)(const TensorMap, const TensorMap, const GroupedGemmArgs);

@@ -140,9 +140,9 @@ def selected(label, k):
     fp8 = label.startswith("fp8")
     if label == "fp8 dgrad split":
         return "e4m3_tn_split_128"
-    blocks = -(-k // (128 if fp8 else 64))
-    kind = "e4m3_tn" if fp8 else ("bf16_nn" if "dgrad" in label else "bf16_tn")
-    return f"{kind}_128_pingpong" if blocks <= 16 else f"{kind}_256"
+    if not fp8:
+        return "bf16_nn_256" if "dgrad" in label else "bf16_tn_256"
+    return "e4m3_tn_128_pingpong" if -(-k // 128) <= 16 else "e4m3_tn_256"
 
 
 def band_for(name, n):

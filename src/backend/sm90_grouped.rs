@@ -5,36 +5,39 @@
 //! chunks the splits fill, so the bound costs nothing; the output rows past them (the grouped
 //! matrix's zero tail) are zeroed by the kernel's idle producer warps while it computes.
 //!
-//! The seven kernels are compiled by NVRTC (arch `sm_90a`) once per CUDA context, on first use,
-//! and kept in the device's cuBLASLt state (`cublaslt::CublasLt`), which launches them on the
-//! stream its GEMMs use (`cublaslt::GroupWork::Sm90`), so every `StreamOrdering` orders them as
-//! it orders cuBLASLt.
+//! The five kernels the crate launches are compiled by NVRTC (arch `sm_90a`) once per CUDA
+//! context, on first use, and kept in the device's cuBLASLt state (`cublaslt::CublasLt`), which
+//! launches them on the stream its GEMMs use (`cublaslt::GroupWork::Sm90`), so every
+//! `StreamOrdering` orders them as it orders cuBLASLt.
 //!
 //! Which kernel runs the bound is a process-wide setting, [`GroupedKernel`]:
 //! [`set_grouped_kernel`], else the environment variable `LOWP_GROUPED_KERNEL` (`cublaslt` or
 //! `sm90`, read once per process; another value is reported on stderr and ignored), else
-//! `GroupedKernel::CublasLt`. cuBLASLt stays the default because it measured faster where it
-//! matters most (H100, stop 46, MEASUREMENTS.md): our kernel runs BF16 at 0.82-1.01 of
-//! `torch._grouped_mm` on issue 9's shapes where the bound batch ran 0.86-1.17, and the
-//! `GroupedLinear` step (8 experts, 2048 -> 2048) took 2-8 % longer with it. It is ahead for FP8
-//! with per-expert scales where no epilogue pass takes them (0.86-1.24 of
-//! `torch._scaled_grouped_mm` against 0.66-0.97 for the bound batch and its scale pass). Under
-//! `Sm90` our kernel runs where [`is_sm90`] holds (compute
-//! capability exactly 9.0), the output is BF16, both operands are BF16 (fprop: B = the weights
-//! `[E, N, K]`, K-major; dgrad: B = the same weights read MN-major) or both FP8 E4M3 per-tensor
-//! (fprop with the rowwise weights, dgrad with their columnwise per-expert transpose, both
-//! K-major; the split accumulator where the GEMM asks for it), rows are multiples of 16 bytes and
-//! the buffers 16-byte aligned; anything else keeps cuBLASLt's bound batch. Where the reduction
-//! is short (at most 16 stages of 128 bytes: K <= 1024 in BF16, <= 2048 in FP8) a pingpong kernel
-//! (128 x 128 tiles, one consumer warpgroup storing while the other computes) runs instead of
-//! the cooperative one (128 x 256 tiles): on the H100 the cooperative kernels' exposed epilogue
-//! cost BF16 dgrad with K = 768 and FP8 dgrad with K = 2048 about 15 %, and the pingpong ones
-//! lose as much where K is long (`benches/sm90_probe`, MEASUREMENTS.md).
+//! `GroupedKernel::CublasLt`. On the H100 (stop 47, MEASUREMENTS.md) our kernel runs issue 9's
+//! shapes at 0.89-1.20 of `torch._grouped_mm` in BF16 and 0.99-1.41 of
+//! `torch._scaled_grouped_mm` in FP8 with per-expert scales (2.8-2.9x with the split accumulator
+//! at 128 experts), where the bound batch ran 0.86-1.27 in BF16 and 0.66-0.97 in FP8 with its
+//! scale pass. cuBLASLt stays the default because the `GroupedLinear` step (8 experts,
+//! 2048 -> 2048), which folds the per-expert scales into its epilogue anyway and keeps E5M2
+//! gradients on cuBLASLt, measured the same in BF16 (1660-1687 against 1664-1696 µs) and 1-2 %
+//! slower in FP8 current scaling with our kernel. Under `Sm90` our kernel runs where [`is_sm90`]
+//! holds (compute capability exactly 9.0), the output is BF16, both operands are BF16 (fprop:
+//! B = the weights `[E, N, K]`, K-major; dgrad: B = the same weights read MN-major) or both FP8
+//! E4M3 per-tensor (fprop with the rowwise weights, dgrad with their columnwise per-expert
+//! transpose, both K-major; the split accumulator where the GEMM asks for it), rows are multiples
+//! of 16 bytes and the buffers 16-byte aligned; anything else keeps cuBLASLt's bound batch. BF16
+//! runs the cooperative kernels (128 x 256 tiles) at every reduction length: since their
+//! epilogue goes through shared memory they beat the pingpong ones (128 x 128 tiles, one consumer
+//! warpgroup storing while the other computes) by 12 % at K = 768. FP8 with fast accumulation
+//! runs the pingpong kernel where the reduction takes at most 16 stages of 128 bytes
+//! (K <= 2048), 2-6 % ahead on the dgrad there, and the cooperative one above
+//! (`benches/sm90_probe`, MEASUREMENTS.md).
 //!
 //! Launch (as `benches/sm90_probe/harness.cu`, verified on an H100): grid = the SMs (one fewer
 //! under `DeviceFlags`, whose wait kernel holds one), 384 threads, dynamic shared memory
-//! `stages * (128 + BN) * 128 + 1024 + stages * 16 + 16` bytes, arguments two `CUtensorMap`s (A
-//! `[P, K]`, B `[E, N, K]` or `[E, K, N]`; 128-byte swizzle) and [`GroupedGemmArgs`] by value.
+//! `stages * (128 + BN) * 128 + 2 * 16384 + 1024 + stages * 16 + 16` bytes, arguments two
+//! `CUtensorMap`s (A `[P, K]`, B `[E, N, K]` or `[E, K, N]`; 128-byte swizzle) and
+//! [`GroupedGemmArgs`] by value.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -110,7 +113,7 @@ pub fn is_sm90(device: usize) -> bool {
         && super::cuda_gemm::device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) == 0
 }
 
-/// One of the seven kernels of `sm90/grouped_gemm.cu`.
+/// One of the five kernels of `sm90/grouped_gemm.cu` the crate launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sm90Variant {
     /// BF16, B `[E, N, K]` (K-major): fprop. Cooperative, BN 256, 4 stages.
@@ -121,22 +124,16 @@ pub enum Sm90Variant {
     E4m3Tn,
     /// FP8 E4M3, B K-major, split accumulator. Cooperative, BN 128, 6 stages.
     E4m3TnSplit,
-    /// `Bf16Tn` as pingpong, BN 128, 6 stages.
-    Bf16TnPingpong,
-    /// `Bf16Nn` as pingpong, BN 128, 6 stages.
-    Bf16NnPingpong,
     /// `E4m3Tn` as pingpong, BN 128, 6 stages.
     E4m3TnPingpong,
 }
 
 impl Sm90Variant {
-    const ALL: [Sm90Variant; 7] = [
+    const ALL: [Sm90Variant; 5] = [
         Sm90Variant::Bf16Tn,
         Sm90Variant::Bf16Nn,
         Sm90Variant::E4m3Tn,
         Sm90Variant::E4m3TnSplit,
-        Sm90Variant::Bf16TnPingpong,
-        Sm90Variant::Bf16NnPingpong,
         Sm90Variant::E4m3TnPingpong,
     ];
 
@@ -151,8 +148,6 @@ impl Sm90Variant {
             Sm90Variant::Bf16Nn => "lowp_grouped_gemm_bf16_nn_256",
             Sm90Variant::E4m3Tn => "lowp_grouped_gemm_e4m3_tn_256",
             Sm90Variant::E4m3TnSplit => "lowp_grouped_gemm_e4m3_tn_split_128",
-            Sm90Variant::Bf16TnPingpong => "lowp_grouped_gemm_bf16_tn_128_pingpong",
-            Sm90Variant::Bf16NnPingpong => "lowp_grouped_gemm_bf16_nn_128_pingpong",
             Sm90Variant::E4m3TnPingpong => "lowp_grouped_gemm_e4m3_tn_128_pingpong",
         }
     }
@@ -178,7 +173,7 @@ impl Sm90Variant {
     }
 
     fn mn_major(self) -> bool {
-        matches!(self, Sm90Variant::Bf16Nn | Sm90Variant::Bf16NnPingpong)
+        matches!(self, Sm90Variant::Bf16Nn)
     }
 
     /// Operand element bytes.
@@ -231,17 +226,16 @@ impl Sm90Operands {
         }
     }
 
-    /// The kernel for a reduction of length `k`: pingpong where it takes at most 16 stages of
-    /// 128 bytes (see the module docs), cooperative otherwise; the split accumulator has only
-    /// the cooperative kernel (its partial sums take the registers a pingpong tile needs).
+    /// The kernel for a reduction of length `k`: BF16 always cooperative; FP8 with fast
+    /// accumulation pingpong where the reduction takes at most 16 stages of 128 bytes (K <= 2048),
+    /// cooperative otherwise; the split accumulator has only the cooperative kernel (its partial
+    /// sums take the registers a pingpong tile needs). See the module docs for the measurements.
     fn variant(self, k: usize) -> Sm90Variant {
-        let short = |element_bytes: usize| (k * element_bytes).div_ceil(128) <= 16;
+        let short = (k as u64).div_ceil(128) <= 16;
         match self {
-            Sm90Operands::Bf16 { b_mn_major: false } if short(2) => Sm90Variant::Bf16TnPingpong,
             Sm90Operands::Bf16 { b_mn_major: false } => Sm90Variant::Bf16Tn,
-            Sm90Operands::Bf16 { b_mn_major: true } if short(2) => Sm90Variant::Bf16NnPingpong,
             Sm90Operands::Bf16 { b_mn_major: true } => Sm90Variant::Bf16Nn,
-            Sm90Operands::E4m3 { fast_accum: true } if short(1) => Sm90Variant::E4m3TnPingpong,
+            Sm90Operands::E4m3 { fast_accum: true } if short => Sm90Variant::E4m3TnPingpong,
             Sm90Operands::E4m3 { fast_accum: true } => Sm90Variant::E4m3Tn,
             Sm90Operands::E4m3 { fast_accum: false } => Sm90Variant::E4m3TnSplit,
         }
@@ -532,7 +526,7 @@ mod tests {
         // + 1 KiB + barriers, within the 227 KiB a block may have on Hopper.
         assert_eq!(Sm90Variant::Bf16Tn.shared_memory(), 196_608 + 32_768 + 1024 + 64 + 16);
         assert_eq!(Sm90Variant::E4m3TnSplit.shared_memory(), 196_608 + 32_768 + 1024 + 96 + 16);
-        assert_eq!(Sm90Variant::Bf16NnPingpong.shared_memory(), 196_608 + 32_768 + 1024 + 96 + 16);
+        assert_eq!(Sm90Variant::E4m3TnPingpong.shared_memory(), 196_608 + 32_768 + 1024 + 96 + 16);
         for v in Sm90Variant::ALL {
             assert!(v.shared_memory() <= 227 * 1024, "{}", v.name());
         }
@@ -545,11 +539,12 @@ mod tests {
     fn operands_pick_the_kernel() {
         let of = |w, outer, r, fast, k| Sm90Operands::of(w, outer, r, fast).map(|o| o.variant(k));
         use DataType::{CUDA_R_16BF as BF16, CUDA_R_16F as F16, CUDA_R_8F_E4M3 as E4M3, CUDA_R_8F_E5M2 as E5M2};
-        // Long reductions take the cooperative kernels, up to 16 stages the pingpong ones.
+        // BF16 takes the cooperative kernels at every length; FP8 with fast accumulation the
+        // pingpong one up to 16 stages.
         assert_eq!(of(BF16, true, BF16, false, 7168), Some(Sm90Variant::Bf16Tn));
-        assert_eq!(of(BF16, true, BF16, false, 1024), Some(Sm90Variant::Bf16TnPingpong));
+        assert_eq!(of(BF16, true, BF16, false, 1024), Some(Sm90Variant::Bf16Tn));
         assert_eq!(of(BF16, false, BF16, false, 2048), Some(Sm90Variant::Bf16Nn));
-        assert_eq!(of(BF16, false, BF16, false, 768), Some(Sm90Variant::Bf16NnPingpong));
+        assert_eq!(of(BF16, false, BF16, false, 768), Some(Sm90Variant::Bf16Nn));
         assert_eq!(of(E4M3, true, E4M3, true, 7168), Some(Sm90Variant::E4m3Tn));
         assert_eq!(of(E4M3, true, E4M3, true, 2048), Some(Sm90Variant::E4m3TnPingpong));
         assert_eq!(of(E4M3, true, E4M3, true, 2049), Some(Sm90Variant::E4m3Tn));

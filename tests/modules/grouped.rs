@@ -892,8 +892,8 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
 /// summation order, and for per-expert FP8 scales applied before the one BF16 rounding instead of
 /// a scale pass after it), with zeros in the rows past the filled chunks; under BF16 and FP8
 /// current scaling (per-expert and shared scales), on the skewed splits with an empty expert, at
-/// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (pingpong and cooperative
-/// kernels). Per-expert scales left to the caller (`lowp_grouped_gemm_unscaled`) stay the
+/// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's cooperative kernels at
+/// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller (`lowp_grouped_gemm_unscaled`) stay the
 /// caller's: the unit-scale product and the epilogue give the same token rows. On a GPU that is
 /// not sm_90 (`sm90` false) the setting falls back to the bound batch, which gives the same
 /// products.
@@ -933,8 +933,8 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
         ..GemmOptions::default()
     };
     let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
-    // Short reductions take the pingpong kernels; 2304 (fprop of the third, dgrad of the fourth)
-    // the cooperative ones.
+    // FP8's short reductions take the pingpong kernel; 2304 (fprop of the third, dgrad of the
+    // fourth) the cooperative one. BF16 is cooperative throughout.
     for (inp, out) in [(256, 256), (512, 384), (2304, 384), (256, 2304)] {
         let weight_groups =
             Groups::<B>::from_host(uniform_groups(experts, out), experts * out, device).unwrap();

@@ -24,7 +24,7 @@
 // stores while the other computes: the host takes them where K is short (`sm90_grouped`).
 // Shared-memory tiles use the 128-byte swizzle that TMA writes and the wgmma descriptors read.
 // Each kernel has a twin in clusters of two CTAs that multicast the B tile (`CLUSTER` below),
-// compiled only for the probe.
+// compiled only for the probe, as are the BF16 pingpong kernels.
 //
 // FP8 numerics: `SPLIT_ACC` adds each stage's (K = 128) partial products into a separate FP32
 // accumulator, as TE's split accumulator does on Hopper; without it the products accumulate in
@@ -720,13 +720,14 @@ LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_256, 256, false, false, false, 4, fa
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_256, 256, false, true, false, 4, false)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_256, 256, true, false, false, 4, false)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_split_128, 128, true, false, true, 6, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, false, 6, true)
+// Kernels only the probe compiles (`benches/sm90_probe` defines this), which the crate does not
+// launch: BF16 pingpong, which the cooperative kernels overtook once their epilogue went through
+// shared memory, and the cluster twins, which on the H100 ran no faster than the kernels above
+// although they cut the L2 traffic by a fifth (MEASUREMENTS.md, stop 47).
+#ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_128_pingpong, 128, false, false, false, 6, true)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_128_pingpong, 128, false, true, false, 6, true)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, false, 6, true)
-// The cluster twins are measured by the probe (`benches/sm90_probe`, which defines this) and not
-// compiled by the crate: on the H100 they ran no faster than the kernels above (MEASUREMENTS.md,
-// stop 47), although they cut the L2 traffic by a fifth.
-#ifdef LOWP_GROUPED_GEMM_CLUSTERS
 LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_256_x2, 256, false, false, false, 4, false)
 LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_256_x2, 256, false, true, false, 4, false)
 LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_256_x2, 256, true, false, false, 4, false)
