@@ -893,10 +893,10 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
 /// a scale pass after it), with zeros in the rows past the filled chunks; under BF16 and FP8
 /// current scaling (per-expert and shared scales), on the skewed splits with an empty expert, at
 /// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's cooperative kernels at
-/// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller (`lowp_grouped_gemm_unscaled`) stay the
-/// caller's: the unit-scale product and the epilogue give the same token rows. On a GPU that is
-/// not sm_90 (`sm90` false) the setting falls back to the bound batch, which gives the same
-/// products.
+/// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller
+/// (`lowp_grouped_gemm_unscaled`) stay the caller's: the unit-scale product and the epilogue give
+/// the same token rows. On a GPU that is not sm_90 (`sm90` false) the setting falls back to the
+/// bound batch, which gives the same products.
 #[cfg(feature = "cuda")]
 pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &B::Device, sm90: bool) {
     use burn::tensor::{FloatDType, TensorPrimitive};
