@@ -407,10 +407,10 @@ template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PI
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args, u32 base,
                                                      u32 staging, u32 full, u32 empty, u32 order,
-                                                     int chunks,
-                                                     int units, int row_units, int n_tiles,
-                                                     int band, int first_unit, int unit_step,
-                                                     u32 rank, int k_blocks, int consumer) {
+                                                     int chunks, int units, int row_units,
+                                                     int n_tiles, int band, int first_unit,
+                                                     int unit_step, u32 rank, int k_blocks,
+                                                     int consumer) {
     constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
     constexpr u32 B_BYTES = BN * LOWP_BK_BYTES;
     constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
@@ -640,7 +640,6 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
             for (int unit = first_unit; unit < units; unit += unit_step) {
                 const ProducerTile cur = next;
                 const int following = unit + unit_step;
-                bool located = false;
                 for (int kb = 0; kb < k_blocks; ++kb) {
                     barrier_wait(empty + 8 * stage, phase ^ 1);
                     const u32 bar = full + 8 * stage;
@@ -675,18 +674,15 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
                                         cur.col0 + h * B_BOX, cur.group);
                     }
                     // The next tile's position and expert (dependent global loads) are looked up
-                    // while this tile's loads are in flight, not in front of the next tile's.
-                    if (!located) {
-                        if (following < units) next = producer_tile<BN, CLUSTER>(args, following, chunks, row_units, n_tiles, band, rank);
-                        located = true;
-                    }
+                    // while this tile's first loads are in flight, not in front of the next
+                    // tile's. (k >= 1: the host never launches an empty reduction.)
+                    if (kb == 0 && following < units)
+                        next = producer_tile<BN, CLUSTER>(args, following, chunks, row_units, n_tiles, band, rank);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
                     }
                 }
-                if (!located && following < units)
-                    next = producer_tile<BN, CLUSTER>(args, following, chunks, row_units, n_tiles, band, rank);
             }
         }
     } else {
