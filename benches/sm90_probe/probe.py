@@ -7,7 +7,8 @@ TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's 
 
 --check: every kernel on skewed splits with empty experts and column and K tails, with and without
 per-expert scales and bias; the grouped matrix's tail rows must be zero. --time: TFLOP/s of
-fprop/dgrad per kernel in turns with PyTorch (LOWP_ROUNDS rounds, default 5); --selected keeps
+fprop/dgrad per kernel in turns with PyTorch (`in_turns`: LOWP_ROUNDS rounds, default 5, after a
+heating run; the ratio of the best times and the median of the rounds' ratios); --selected keeps
 the kernel and tile order `backend::sm90_grouped` picks, and --x2 its twin in clusters of two
 CTAs (B multicast). LOWP_BAND sets the tile order's band
 for --check (harness.cu reads it per launch).
@@ -16,6 +17,7 @@ import argparse
 import ctypes
 import math
 import os
+import statistics
 import sys
 
 import torch
@@ -161,14 +163,28 @@ def events_time(fn, iters):
 
 
 def in_turns(ours, peer, iters, rounds=int(os.environ.get("LOWP_ROUNDS", "5"))):
+    """Best time of each side over `rounds` rounds, and the median of the rounds' ratios (peer /
+    ours). At the power limit the SM clock follows the GPU's recent load: the first run after a
+    pause (the case's setup) is the fastest, so both sides first heat the GPU with one untimed
+    run each, and the order within a round alternates (LOWP_ORDER=peer-first keeps the peer
+    first in every round, as earlier stops measured)."""
+    peer_first_always = os.environ.get("LOWP_ORDER", "alternate") == "peer-first"
     for f in (ours, peer):
         f()
         events_time(f, 2)
-    best_o, best_p = float("inf"), float("inf")
-    for _ in range(rounds):
-        best_p = min(best_p, events_time(peer, iters))
-        best_o = min(best_o, events_time(ours, iters))
-    return best_o, best_p
+    for f in (peer, ours):
+        events_time(f, iters)
+    best_o, best_p, ratios = float("inf"), float("inf"), []
+    for r in range(rounds):
+        if peer_first_always or r % 2 == 0:
+            tp = events_time(peer, iters)
+            to = events_time(ours, iters)
+        else:
+            to = events_time(ours, iters)
+            tp = events_time(peer, iters)
+        best_o, best_p = min(best_o, to), min(best_p, tp)
+        ratios.append(tp / to)
+    return best_o, best_p, statistics.median(ratios)
 
 
 def timing(kern, shapes, only=None, bands=(1,), pick=False, x2=False):
@@ -219,10 +235,10 @@ def timing(kern, shapes, only=None, bands=(1,), pick=False, x2=False):
                     continue
                 for band in ([band_for(name, out_n)] if pick else bands):
                     os.environ["LOWP_BAND"] = str(band)
-                    to, tp = in_turns(ours, peer, iters)
+                    to, tp, median = in_turns(ours, peer, iters)
                     print(f"time E={e} T={t} K={k} N={n} {'skewed' if skewed else 'balanced'} {label:16s} "
                           f"{name:18s} band {band:3d} ours {to*1e6:9.1f} us {flops/to/1e12:7.1f} TF/s  torch "
-                          f"{tp*1e6:9.1f} us {flops/tp/1e12:7.1f} TF/s  ratio {tp/to:.3f}", flush=True)
+                          f"{tp*1e6:9.1f} us {flops/tp/1e12:7.1f} TF/s  ratio {tp/to:.3f} median {median:.3f}", flush=True)
 
 
 def main():
