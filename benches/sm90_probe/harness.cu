@@ -12,7 +12,7 @@
 #define LOWP_GROUPED_GEMM_PROBE_KERNELS
 #include "../../src/backend/sm90/grouped_gemm.cu"
 
-typedef void (*Kernel)(const TensorMap, const TensorMap, const GroupedGemmArgs);
+typedef void (*Kernel)(const TensorMap, const TensorMap, const TensorMap, const GroupedGemmArgs);
 
 struct Variant {
     const char* name;
@@ -73,7 +73,7 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
     const int bk = 128 / es;
     const CUtensorMapDataType type =
         var.fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    TensorMap ma, mb;
+    TensorMap ma, mb, md;
     {
         cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)p};
         cuuint64_t strides[1] = {(cuuint64_t)k * es};
@@ -90,6 +90,13 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
         cuuint64_t strides[2] = {(cuuint64_t)k * es, (cuuint64_t)n * k * es};
         cuuint32_t box[3] = {(cuuint32_t)bk, (cuuint32_t)(var.bn / var.cluster), 1};
         if (encode(&mb, type, 3, b, dims, strides, box)) return -2;
+    }
+    {
+        // D [p, ldd] bf16, written in boxes of 64 columns by 64 rows.
+        cuuint64_t dims[2] = {(cuuint64_t)n, (cuuint64_t)p};
+        cuuint64_t strides[1] = {(cuuint64_t)ldd * 2};
+        cuuint32_t box[2] = {64, 64};
+        if (encode(&md, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d, dims, strides, box)) return -6;
     }
     const int smem = var.stages * (128 + var.bn) * 128 + 2 * 16384 + 1024 + var.stages * 16 + 16;
     cudaError_t e = cudaFuncSetAttribute((const void*)var.kernel,
@@ -131,7 +138,7 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
         }
         grid = 2 * clusters[v];
     }
-    var.kernel<<<grid, 384, smem, (cudaStream_t)stream>>>(ma, mb, args);
+    var.kernel<<<grid, 384, smem, (cudaStream_t)stream>>>(ma, mb, md, args);
     e = cudaGetLastError();
     if (e != cudaSuccess) {
         fprintf(stderr, "launch: %s\n", cudaGetErrorString(e));

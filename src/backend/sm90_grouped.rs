@@ -35,9 +35,9 @@
 //!
 //! Launch (as `benches/sm90_probe/harness.cu`, verified on an H100): grid = the SMs (one fewer
 //! under `DeviceFlags`, whose wait kernel holds one), 384 threads, dynamic shared memory
-//! `stages * (128 + BN) * 128 + 2 * 16384 + 1024 + stages * 16 + 16` bytes, arguments two
-//! `CUtensorMap`s (A `[P, K]`, B `[E, N, K]` or `[E, K, N]`; 128-byte swizzle) and
-//! [`GroupedGemmArgs`] by value.
+//! `stages * (128 + BN) * 128 + 2 * 16384 + 1024 + stages * 16 + 16` bytes, arguments three
+//! `CUtensorMap`s (A `[P, K]`, B `[E, N, K]` or `[E, K, N]`, D `[P, ldd]` for the epilogue's TMA
+//! stores; 128-byte swizzle) and [`GroupedGemmArgs`] by value.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -431,6 +431,18 @@ impl Sm90Kernels {
             unsafe { encode(data_type, g.b, &[k, n, groups], &[k * es, n * k * es], &[bk, v.bn(), 1]) }
         }
         .map_err(|e| tensor_map_error("B", e))?;
+        // D [rows, ldd] bf16: the epilogue's TMA stores, boxes of 64 columns by 64 rows (clipped
+        // at column n).
+        let tm_d = unsafe {
+            encode(
+                cuda::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                g.d,
+                &[n, g.rows],
+                &[g.ldd as u64 * 2],
+                &[64, 64],
+            )
+        }
+        .map_err(|e| tensor_map_error("D", e))?;
         let (scale_a, scale_a_step) = g.scale_a.unwrap_or((0, 0));
         let (scale_b, scale_b_step) = g.scale_b.unwrap_or((0, 0));
         let col_tiles = g.n.div_ceil(v.bn());
@@ -450,12 +462,13 @@ impl Sm90Kernels {
             scale_b_step,
             band: if col_tiles >= 16 { 16 } else { 1 },
         };
-        let (mut tm_a, mut tm_b) = (tm_a, tm_b);
-        // The kernel's three by-value parameters, as CubeCL passes tensor maps: the driver copies
+        let (mut tm_a, mut tm_b, mut tm_d) = (tm_a, tm_b, tm_d);
+        // The kernel's four by-value parameters, as CubeCL passes tensor maps: the driver copies
         // each from its pointer when the launch is queued.
         let mut params = [
             &mut tm_a as *mut cuda::CUtensorMap as *mut c_void,
             &mut tm_b as *mut cuda::CUtensorMap as *mut c_void,
+            &mut tm_d as *mut cuda::CUtensorMap as *mut c_void,
             &mut args as *mut GroupedGemmArgs as *mut c_void,
         ];
         let units = capacity_chunks.saturating_mul(col_tiles as u64);

@@ -19,7 +19,7 @@
 // Structure (one CTA per SM, 384 threads, persistent over 128 x BN output tiles): warpgroup 0 is
 // the producer (one thread issues TMA loads of 128-byte-wide K slices into a ring of
 // shared-memory stages); warpgroups 1 and 2 consume them with wgmma, keeping one stage's wgmmas in
-// flight, and store bf16 through a staging buffer each (`store_tile`). "Cooperative" kernels
+// flight, and store bf16 with TMA through two staging buffers each (`store_tile`). "Cooperative" kernels
 // (BN = 256) split each tile between the two by rows; "pingpong" kernels (BN = 128) give each a
 // whole tile in turn, so one stores while the other computes: the host takes FP8's where K is
 // short (`sm90_grouped`).
@@ -43,7 +43,7 @@ struct __align__(64) TensorMap {
 // The kernels' arguments besides the two tensor maps (one struct, so that the Rust launcher and
 // the probe harness pass the same bytes).
 struct GroupedGemmArgs {
-    u16* d;                  // [capacity_chunks · 128, ldd] bf16
+    u16* d;                  // [capacity_chunks · 128, ldd] bf16 (its zero tail; tiles: D's map)
     const u32* group_start;  // [groups] first aligned row of each expert (multiples of 128)
     const u32* group_rows;   // [groups] aligned rows of each expert (multiples of 128)
     const float* scale_a;    // null, or A's dequantization scale of expert e at e · scale_a_step
@@ -156,6 +156,35 @@ __device__ __forceinline__ void tma_load_3d_multicast(u32 dst, const TensorMap* 
         ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
         "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
         : "memory");
+}
+
+// One box of shared memory to global through the tensor map (the box clipped to the tensor's
+// bounds), in this thread's current bulk async-group.
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, u32 src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Until at most N of this thread's bulk async-groups are still reading their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Until every bulk async-group of this thread has completed (its writes done).
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Orders this thread's generic-proxy writes to shared memory (stmatrix) before the async proxy's
+// reads of it (a TMA store issued after the next barrier).
+__device__ __forceinline__ void fence_shared_for_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // ---- wgmma -------------------------------------------------------------------------------------
@@ -275,13 +304,6 @@ __device__ __forceinline__ void store_matrix_x4(u32 address, const u32* r) {
                  : "memory");
 }
 
-__device__ __forceinline__ void load_shared_16_bytes(u32 address, u32* w) {
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "r"(address)
-                 : "memory");
-}
-
 // The 128 threads of consumer warpgroup c meet (named barrier 1 + c; 0 is __syncthreads).
 __device__ __forceinline__ void warpgroup_sync(int consumer) {
     asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
@@ -333,70 +355,78 @@ __device__ __forceinline__ void release_stage(u32 bar) {
     }
 }
 
-// Bytes of shared memory each consumer warpgroup stages its output through: 64 rows of 128 bf16.
+// Bytes of shared memory each consumer warpgroup stages its output through: two buffers of 64
+// rows x 64 bf16, the box of D's tensor map.
 #define LOWP_STAGING_BYTES 16384
+#define LOWP_STAGING_BUFFER 8192
 
 // Epilogue of one consumer warpgroup: D rows [row0, row0 + 64·MI) x columns [col0, col0 + BN)
 // from its accumulators (the m64nBN fragment: thread (warp w, lane l) holds rows 16w + l/4 and
 // +8 and, per 8-column step j, columns 8j + 2(l%4), +1), times `scale` plus the bias row when
-// `transform`, rounded once to bf16. It goes out in rounds of 64 rows x 128 columns through the
-// warpgroup's staging buffer: stmatrix writes the fragments as rows, then each thread reads
-// 16-byte pieces of whole rows back and stores them, a warp writing two 256-byte rows at a time.
-// The 16-byte pieces of a row are XOR-swizzled by row % 8, so that the eight rows of an 8 x 8
-// matrix, and the two rows a warp reads, fall in distinct banks. (Transposing the fragments
-// with shuffles instead took ~11,000 cycles a tile on the H100, with the tensor cores idle.)
+// `transform`, rounded once to bf16. It goes out in rounds of 64 x 64 boxes, through the
+// warpgroup's two staging buffers in turn: stmatrix writes the fragments as rows in the layout of
+// D's tensor map (128-byte rows, their 16-byte pieces XOR-swizzled by row % 8, so that the eight
+// rows of an 8 x 8 matrix fall in distinct banks), then one thread stores the box with TMA and
+// the warpgroup goes on. Before a buffer is written again, the store issued from it two rounds
+// earlier has read it; its writes to global memory overlap the next rounds and the next tile's
+// mainloop. The TMA store clips the columns past n. (Transposing the fragments with shuffles took
+// ~11,000 cycles a tile on the H100; storing from the staging buffer with each thread's 16-byte
+// global stores, ~3,700.)
+// Every tile takes an even number of rounds (4, or 2 in the split-accumulator kernel), so each
+// tile starts on buffer 0.
 template <int BN, int MI>
-__device__ __forceinline__ void store_tile(const GroupedGemmArgs& args, const float (&acc)[MI][BN / 2],
-                                           u32 staging, int consumer, long long row0, int col0,
-                                           bool transform, float scale, const u16* bias_row) {
+__device__ __forceinline__ void store_tile(const GroupedGemmArgs& args, const TensorMap* tm_d,
+                                           const float (&acc)[MI][BN / 2], u32 staging,
+                                           int consumer, int row0, int col0, bool transform,
+                                           float scale, const u16* bias_row) {
+    static_assert((MI * BN / 64) % 2 == 0, "an even number of rounds a tile");
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x / 32) % 4;
-    const int t = threadIdx.x % 128;
+    const bool issuer = threadIdx.x % 128 == 0;
     // stmatrix: this lane's row of the 8 x 8 matrix it addresses (matrix q = lane / 8 of four:
     // steps j, j, j + 1, j + 1 at rows +0, +8, +0, +8 of the warp's 16).
     const int q = lane / 8;
     const int st_row = warp * 16 + lane % 8 + 8 * (q % 2);
-    // Read-back: this thread's 16-byte piece (8 columns) of rows t / 16 + 8i.
-    const int piece = t % 16;
 #pragma unroll
     for (int m = 0; m < MI; ++m) {
 #pragma unroll
-        for (int h = 0; h < BN / 128; ++h) {
+        for (int h = 0; h < BN / 64; ++h) {
+            const u32 buffer = staging + ((m * (BN / 64) + h) % 2) * LOWP_STAGING_BUFFER;
+            const int box_col = col0 + 64 * h;
+            // The store issued from this buffer two rounds ago has read it.
+            if (issuer) bulk_wait_read<1>();
+            warpgroup_sync(consumer);
+            if (box_col < args.n) {
 #pragma unroll
-            for (int j2 = 0; j2 < 8; ++j2) {
-                u32 r[4];
+                for (int j2 = 0; j2 < 4; ++j2) {
+                    u32 r[4];
 #pragma unroll
-                for (int p = 0; p < 4; ++p) {
-                    const int j = h * 16 + 2 * j2 + p / 2;  // 8-column step in the tile
-                    float v0 = acc[m][4 * j + 2 * (p % 2)];
-                    float v1 = acc[m][4 * j + 2 * (p % 2) + 1];
-                    if (transform) {
-                        const int col = col0 + 8 * j + 2 * (lane % 4);
-                        float b0 = 0.0f, b1 = 0.0f;
-                        if (bias_row != nullptr && col < args.n) {
-                            const u32 bb = *reinterpret_cast<const u32*>(bias_row + col);
-                            b0 = bf16_to_float((u16)(bb & 0xFFFF));
-                            b1 = bf16_to_float((u16)(bb >> 16));
+                    for (int p = 0; p < 4; ++p) {
+                        const int j = h * 8 + 2 * j2 + p / 2;  // 8-column step in the tile
+                        float v0 = acc[m][4 * j + 2 * (p % 2)];
+                        float v1 = acc[m][4 * j + 2 * (p % 2) + 1];
+                        if (transform) {
+                            const int col = col0 + 8 * j + 2 * (lane % 4);
+                            float b0 = 0.0f, b1 = 0.0f;
+                            if (bias_row != nullptr && col < args.n) {
+                                const u32 bb = *reinterpret_cast<const u32*>(bias_row + col);
+                                b0 = bf16_to_float((u16)(bb & 0xFFFF));
+                                b1 = bf16_to_float((u16)(bb >> 16));
+                            }
+                            v0 = v0 * scale + b0;
+                            v1 = v1 * scale + b1;
                         }
-                        v0 = v0 * scale + b0;
-                        v1 = v1 * scale + b1;
+                        r[p] = bf16x2(v0, v1);
                     }
-                    r[p] = bf16x2(v0, v1);
+                    const int piece = 2 * j2 + q / 2;  // 16-byte piece of the 128-byte row
+                    store_matrix_x4(buffer + st_row * 128 + ((piece ^ (st_row % 8)) * 16), r);
                 }
-                const int st_piece = 2 * j2 + q / 2;
-                store_matrix_x4(staging + st_row * 256 + ((st_piece ^ (st_row % 8)) * 16), r);
+                fence_shared_for_async();
+                warpgroup_sync(consumer);
+                if (issuer) tma_store_2d(tm_d, buffer, box_col, row0 + 64 * m);
             }
-            warpgroup_sync(consumer);
-            const int col = col0 + h * 128 + 8 * piece;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int row = t / 16 + 8 * i;
-                u32 w[4];
-                load_shared_16_bytes(staging + row * 256 + ((piece ^ (row % 8)) * 16), w);
-                if (col < args.n) store_16_bytes(args.d + (row0 + m * 64 + row) * args.ldd + col, w);
-            }
-            // The next round overwrites the buffer.
-            warpgroup_sync(consumer);
+            // (An empty group where the box is past n: the rounds' groups stay two per tile.)
+            if (issuer) bulk_commit();
         }
     }
 }
@@ -405,7 +435,8 @@ __device__ __forceinline__ void store_tile(const GroupedGemmArgs& args, const fl
 // epilogue (scales, bias, bf16 stores).
 template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
-__device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args, u32 base,
+__device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args,
+                                                     const TensorMap* tm_d, u32 base,
                                                      u32 staging, u32 full, u32 empty, u32 order,
                                                      int chunks, int units, int row_units,
                                                      int n_tiles, int band, int first_unit,
@@ -517,10 +548,12 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
         float scale = 1.0f;
         if (args.scale_a) scale *= args.scale_a[group * args.scale_a_step];
         if (args.scale_b) scale *= args.scale_b[group * args.scale_b_step];
-        store_tile<BN, MI>(args, acc, staging + consumer * LOWP_STAGING_BYTES, consumer,
-                           (long long)chunk * LOWP_BM + row_block, col0, per_group, scale,
+        store_tile<BN, MI>(args, tm_d, acc, staging + consumer * LOWP_STAGING_BYTES, consumer,
+                           chunk * LOWP_BM + (int)row_block, col0, per_group, scale,
                            bias ? bias + (long long)group * n : nullptr);
     }
+    // The shared memory the last stores read, and the CTA, stay until they have completed.
+    if (threadIdx.x % 128 == 0) bulk_wait_all();
 }
 
 // What the producer needs of a work unit: the A chunk it loads, B's first column and expert, and
@@ -567,6 +600,7 @@ __device__ __forceinline__ ProducerTile producer_tile(const GroupedGemmArgs& arg
 template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const TensorMap* tm_b,
+                                                  const TensorMap* tm_d,
                                                   const GroupedGemmArgs& args) {
     constexpr int BK = FP8 ? 128 : 64;  // elements per 128-byte row
     constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
@@ -688,7 +722,7 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         grouped_gemm_consume<BN, FP8, B_MN_MAJOR, SPLIT_ACC, STAGES, PINGPONG, CLUSTER>(
-            args, base, staging, full, empty, order, chunks, units, row_units, n_tiles, band, first_unit,
+            args, tm_d, base, staging, full, empty, order, chunks, units, row_units, n_tiles, band, first_unit,
             unit_step, rank, k_blocks, warpgroup - 1);
     }
     // Neither CTA of a cluster exits while its peer may still signal its barriers.
@@ -698,16 +732,18 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
 #define LOWP_GROUPED_GEMM(NAME, BN, FP8, MN, SPLIT, STAGES, PINGPONG)                              \
     extern "C" __global__ void __launch_bounds__(384, 1)                                           \
         NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
+             const __grid_constant__ TensorMap tm_d,                                               \
              const __grid_constant__ GroupedGemmArgs args) {                                       \
-        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 1>(&tm_a, &tm_b, args);            \
+        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 1>(&tm_a, &tm_b, &tm_d, args);     \
     }
 // The same kernel in clusters of two CTAs (B multicast), the cluster size fixed at compile time
 // so that a plain launch of an even grid runs it.
 #define LOWP_GROUPED_GEMM_X2(NAME, BN, FP8, MN, SPLIT, STAGES, PINGPONG)                           \
     extern "C" __global__ void __launch_bounds__(384, 1) __attribute__((cluster_dims(2, 1, 1)))    \
         NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
+             const __grid_constant__ TensorMap tm_d,                                               \
              const __grid_constant__ GroupedGemmArgs args) {                                       \
-        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 2>(&tm_a, &tm_b, args);            \
+        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 2>(&tm_a, &tm_b, &tm_d, args);     \
     }
 
 // Dynamic shared memory of a kernel: STAGES · (128 + BN) · 128 bytes, two 16 KiB staging
