@@ -13,25 +13,26 @@
 //! Which kernel runs the bound is a process-wide setting, [`GroupedKernel`]:
 //! [`set_grouped_kernel`], else the environment variable `LOWP_GROUPED_KERNEL` (`cublaslt` or
 //! `sm90`, read once per process; another value is reported on stderr and ignored), else
-//! `GroupedKernel::CublasLt`. On the H100 (stop 47, MEASUREMENTS.md) our kernel runs issue 9's
-//! shapes at 0.89-1.20 of `torch._grouped_mm` in BF16 and 0.99-1.41 of
+//! `GroupedKernel::CublasLt`. On the H100 (stop 48, MEASUREMENTS.md, in turns with PyTorch) our
+//! kernel runs issue 9's shapes at 1.02-1.29 of `torch._grouped_mm` in BF16 and 1.04-1.35 of
 //! `torch._scaled_grouped_mm` in FP8 with per-expert scales (2.8-2.9x with the split accumulator
 //! at 128 experts), where the bound batch ran 0.86-1.27 in BF16 and 0.66-0.97 in FP8 with its
-//! scale pass (earlier stops' turns). cuBLASLt stays the default because the `GroupedLinear` step (8 experts,
-//! 2048 -> 2048), which folds the per-expert scales into its epilogue anyway and keeps E5M2
-//! gradients on cuBLASLt, measured the same in BF16 (1660-1687 against 1664-1696 µs) and 1-2 %
-//! slower in FP8 current scaling with our kernel. Under `Sm90` our kernel runs where [`is_sm90`]
-//! holds (compute capability exactly 9.0), the output is BF16, both operands are BF16 (fprop:
-//! B = the weights `[E, N, K]`, K-major; dgrad: B = the same weights read MN-major) or both FP8
-//! E4M3 per-tensor (fprop with the rowwise weights, dgrad with their columnwise per-expert
-//! transpose, both K-major; the split accumulator where the GEMM asks for it), rows are multiples
-//! of 16 bytes and the buffers 16-byte aligned; anything else keeps cuBLASLt's bound batch. BF16
-//! runs the cooperative kernels (128 x 256 tiles) at every reduction length: since their
-//! epilogue goes through shared memory they beat the pingpong ones (128 x 128 tiles, one consumer
-//! warpgroup storing while the other computes) by 12 % at K = 768. FP8 with fast accumulation
-//! runs the pingpong kernel where the reduction takes at most 16 stages of 128 bytes
-//! (K <= 2048), 2-6 % ahead on the dgrad there, and the cooperative one above
-//! (`benches/sm90_probe`, MEASUREMENTS.md).
+//! scale pass (earlier stops' turns). cuBLASLt stays the default because the `GroupedLinear`
+//! step (8 experts, 2048 -> 2048), which folds the per-expert scales into its epilogue anyway
+//! and keeps E5M2 gradients on cuBLASLt, gains under 1 % in BF16 with our kernel (1656-1683
+//! against 1665-1692 µs) and loses up to 1.4 % in FP8 current scaling.
+//!
+//! Under `Sm90` our kernel runs where [`is_sm90`] holds (compute capability exactly 9.0), the
+//! output is BF16, both operands are BF16 (fprop: B = the weights `[E, N, K]`, K-major; dgrad:
+//! B = the same weights read MN-major) or both FP8 E4M3 per-tensor (fprop with the rowwise
+//! weights, dgrad with their columnwise per-expert transpose, both K-major; the split accumulator
+//! where the GEMM asks for it), rows are multiples of 16 bytes and the buffers 16-byte aligned;
+//! anything else keeps cuBLASLt's bound batch. BF16 runs the cooperative kernels (128 x 256 tiles)
+//! at every reduction length: since their epilogue goes through shared memory they beat the
+//! pingpong ones (128 x 128 tiles, one consumer warpgroup storing while the other computes) by 12 %
+//! at K = 768. FP8 with fast accumulation runs the pingpong kernel where the reduction takes at
+//! most 16 stages of 128 bytes (K <= 2048), 2-6 % ahead on the dgrad there, and the cooperative one
+//! above (`benches/sm90_probe`, MEASUREMENTS.md).
 //!
 //! Launch (as `benches/sm90_probe/harness.cu`, verified on an H100): grid = the SMs (one fewer
 //! under `DeviceFlags`, whose wait kernel holds one), 384 threads, dynamic shared memory
