@@ -19,10 +19,10 @@
 // Structure (one CTA per SM, 384 threads, persistent over 128 x BN output tiles): warpgroup 0 is
 // the producer (one thread issues TMA loads of 128-byte-wide K slices into a ring of
 // shared-memory stages); warpgroups 1 and 2 consume them with wgmma, keeping one stage's wgmmas in
-// flight, and store bf16 with TMA through two staging buffers each (`store_tile`). "Cooperative" kernels
-// (BN = 256) split each tile between the two by rows; "pingpong" kernels (BN = 128) give each a
-// whole tile in turn, so one stores while the other computes: the host takes FP8's where K is
-// short (`sm90_grouped`).
+// flight, and store bf16 with TMA through two staging buffers each (`store_tile`).
+// "Cooperative" kernels (BN = 256) split each tile between the two by rows; "pingpong" kernels
+// (BN = 128) give each a whole tile in turn, so one stores while the other computes: the host
+// takes FP8's where K is short (`sm90_grouped`).
 // Shared-memory tiles use the 128-byte swizzle that TMA writes and the wgmma descriptors read.
 // Each kernel has a twin in clusters of two CTAs that multicast the B tile (`CLUSTER` below),
 // compiled only for the probe, as are the BF16 pingpong kernels.
@@ -40,7 +40,7 @@ struct __align__(64) TensorMap {
     u64 opaque[16];
 };
 
-// The kernels' arguments besides the two tensor maps (one struct, so that the Rust launcher and
+// The kernels' arguments besides the three tensor maps (one struct, so that the Rust launcher and
 // the probe harness pass the same bytes).
 struct GroupedGemmArgs {
     u16* d;                  // [capacity_chunks · 128, ldd] bf16 (its zero tail; tiles: D's map)
