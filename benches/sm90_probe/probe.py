@@ -6,7 +6,8 @@ TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's 
                        [--shapes E,T,K,N ...]
 
 --check: every kernel on skewed splits with empty experts and column and K tails, with and without
-per-expert scales and bias; the grouped matrix's tail rows must be zero. --time: TFLOP/s of
+per-expert scales and bias (the e5m2_* kernels with E5M2 rows, E4M3 weights); the grouped
+matrix's tail rows must be zero. --time: TFLOP/s of
 fprop/dgrad per kernel in turns with PyTorch (`in_turns`: LOWP_ROUNDS rounds, default 5, after a
 heating run; the ratio of the best times and the median of the rounds' ratios); --selected keeps
 the kernel and tile order `backend::sm90_grouped` picks, and --x2 its twin in clusters of two
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from grouped_torch import make_splits  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2  # the rows (A) of the e5m2_* kernels: the hybrid recipes' gradient
 
 
 class Kernels:
@@ -101,16 +103,17 @@ def check(kern):
         for m in splits:
             offs.append(offs[-1] + m)
         for name in kern.ids:
-            fp8 = name.startswith("e4m3")
+            fp8 = name.startswith(("e4m3", "e5m2"))
             nn = "_nn_" in name
             dt = FP8 if fp8 else torch.bfloat16
+            a_dt = E5M2 if name.startswith("e5m2") else dt
             if nn:  # dgrad: dX = dY · W_e, output width k, reduction n
                 a_rows, b_op, out_n, red = dy, w, k, n
             else:  # fprop: Y = X · W_eᵀ
                 a_rows, b_op, out_n, red = x, w, n, k
-            a_q = a_rows.to(dt)
+            a_q = a_rows.to(a_dt)
             b_q = b_op.to(dt).contiguous()
-            a_p = pack(a_q.float(), lay.token_rows, lay.p).to(dt)
+            a_p = pack(a_q.float(), lay.token_rows, lay.p).to(a_dt)
             for epilogue in (False, True):
                 d = torch.full((lay.p, out_n), float("nan"), device="cuda").bfloat16()
                 bias = torch.randn(e, out_n, device="cuda").bfloat16() if epilogue else None
@@ -218,6 +221,8 @@ def timing(kern, shapes, only=None, bands=(1,), pick=False, x2=False):
                 lambda: kern.launch(name, a, b, out, lay, on, red, per_expert if s else None, shared if s else None))
             cases = []
             for v in kern.ids:
+                if v.startswith("e5m2"):
+                    continue  # no PyTorch peer takes E5M2 rows with E4M3 weights
                 if v.startswith("bf16_tn"):
                     cases.append(("bf16 fprop", v, n, mk(v, xp, w, y, n, k), bf16_f))
                 elif v.startswith("bf16_nn"):

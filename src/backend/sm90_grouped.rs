@@ -5,7 +5,7 @@
 //! chunks the splits fill, so the bound costs nothing; the output rows past them (the grouped
 //! matrix's zero tail) are zeroed by the kernel's idle producer warps while it computes.
 //!
-//! The five kernels the crate launches are compiled by NVRTC (arch `sm_90a`) once per CUDA
+//! The eight kernels the crate launches are compiled by NVRTC (arch `sm_90a`) once per CUDA
 //! context, on first use, and kept in the device's cuBLASLt state (`cublaslt::CublasLt`), which
 //! launches them on the stream its GEMMs use (`cublaslt::GroupWork::Sm90`), so every
 //! `StreamOrdering` orders them as it orders cuBLASLt.
@@ -26,7 +26,8 @@
 //! output is BF16, both operands are BF16 (fprop: B = the weights `[E, N, K]`, K-major; dgrad:
 //! B = the same weights read MN-major) or both FP8 E4M3 per-tensor (fprop with the rowwise
 //! weights, dgrad with their columnwise per-expert transpose, both K-major; the split accumulator
-//! where the GEMM asks for it), rows are multiples of 16 bytes and the buffers 16-byte aligned;
+//! where the GEMM asks for it) or, the hybrid recipes' dgrad, E5M2 gradient rows with those E4M3
+//! weights (the same kernels, wgmma reading A as E5M2), rows are multiples of 16 bytes and the buffers 16-byte aligned;
 //! anything else keeps cuBLASLt's bound batch. BF16 runs the cooperative kernels (128 x 256 tiles)
 //! at every reduction length: since their epilogue goes through shared memory they beat the
 //! pingpong ones (128 x 128 tiles, one consumer warpgroup storing while the other computes) by 12 %
@@ -114,7 +115,7 @@ pub fn is_sm90(device: usize) -> bool {
         && super::cuda_gemm::device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) == 0
 }
 
-/// One of the five kernels of `sm90/grouped_gemm.cu` the crate launches.
+/// One of the eight kernels of `sm90/grouped_gemm.cu` the crate launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sm90Variant {
     /// BF16, B `[E, N, K]` (K-major): fprop. Cooperative, BN 256, 4 stages.
@@ -127,15 +128,23 @@ pub enum Sm90Variant {
     E4m3TnSplit,
     /// `E4m3Tn` as pingpong, BN 128, 6 stages.
     E4m3TnPingpong,
+    /// `E4m3Tn`, `E4m3TnSplit` and `E4m3TnPingpong` with E5M2 rows (A: the hybrid recipes'
+    /// gradient) and E4M3 weights (B).
+    E5m2Tn,
+    E5m2TnSplit,
+    E5m2TnPingpong,
 }
 
 impl Sm90Variant {
-    const ALL: [Sm90Variant; 5] = [
+    const ALL: [Sm90Variant; 8] = [
         Sm90Variant::Bf16Tn,
         Sm90Variant::Bf16Nn,
         Sm90Variant::E4m3Tn,
         Sm90Variant::E4m3TnSplit,
         Sm90Variant::E4m3TnPingpong,
+        Sm90Variant::E5m2Tn,
+        Sm90Variant::E5m2TnSplit,
+        Sm90Variant::E5m2TnPingpong,
     ];
 
     fn index(self) -> usize {
@@ -150,13 +159,16 @@ impl Sm90Variant {
             Sm90Variant::E4m3Tn => "lowp_grouped_gemm_e4m3_tn_256",
             Sm90Variant::E4m3TnSplit => "lowp_grouped_gemm_e4m3_tn_split_128",
             Sm90Variant::E4m3TnPingpong => "lowp_grouped_gemm_e4m3_tn_128_pingpong",
+            Sm90Variant::E5m2Tn => "lowp_grouped_gemm_e5m2_tn_256",
+            Sm90Variant::E5m2TnSplit => "lowp_grouped_gemm_e5m2_tn_split_128",
+            Sm90Variant::E5m2TnPingpong => "lowp_grouped_gemm_e5m2_tn_128_pingpong",
         }
     }
 
     /// Output columns per tile.
     pub fn bn(self) -> u32 {
         match self {
-            Sm90Variant::Bf16Tn | Sm90Variant::Bf16Nn | Sm90Variant::E4m3Tn => 256,
+            Sm90Variant::Bf16Tn | Sm90Variant::Bf16Nn | Sm90Variant::E4m3Tn | Sm90Variant::E5m2Tn => 256,
             _ => 128,
         }
     }
@@ -170,7 +182,7 @@ impl Sm90Variant {
     }
 
     fn fp8(self) -> bool {
-        matches!(self, Sm90Variant::E4m3Tn | Sm90Variant::E4m3TnSplit | Sm90Variant::E4m3TnPingpong)
+        !matches!(self, Sm90Variant::Bf16Tn | Sm90Variant::Bf16Nn)
     }
 
     fn mn_major(self) -> bool {
@@ -205,6 +217,9 @@ pub(crate) enum Sm90Operands {
     /// Both FP8 E4M3 per-tensor, B `[E, N, K]` (fprop: the rowwise weights; dgrad: their
     /// columnwise per-expert transpose).
     E4m3 { fast_accum: bool },
+    /// FP8 per-tensor E5M2 rows and E4M3 weights `[E, N, K]`: the hybrid recipes' dgrad (the
+    /// gradient in E5M2, the weights' columnwise transpose in E4M3).
+    E5m2E4m3 { fast_accum: bool },
 }
 
 impl Sm90Operands {
@@ -223,6 +238,9 @@ impl Sm90Operands {
             (DataType::CUDA_R_8F_E4M3, DataType::CUDA_R_8F_E4M3) if weights_outer_major => {
                 Some(Sm90Operands::E4m3 { fast_accum })
             }
+            (DataType::CUDA_R_8F_E4M3, DataType::CUDA_R_8F_E5M2) if weights_outer_major => {
+                Some(Sm90Operands::E5m2E4m3 { fast_accum })
+            }
             _ => None,
         }
     }
@@ -239,6 +257,9 @@ impl Sm90Operands {
             Sm90Operands::E4m3 { fast_accum: true } if short => Sm90Variant::E4m3TnPingpong,
             Sm90Operands::E4m3 { fast_accum: true } => Sm90Variant::E4m3Tn,
             Sm90Operands::E4m3 { fast_accum: false } => Sm90Variant::E4m3TnSplit,
+            Sm90Operands::E5m2E4m3 { fast_accum: true } if short => Sm90Variant::E5m2TnPingpong,
+            Sm90Operands::E5m2E4m3 { fast_accum: true } => Sm90Variant::E5m2Tn,
+            Sm90Operands::E5m2E4m3 { fast_accum: false } => Sm90Variant::E5m2TnSplit,
         }
     }
 }
@@ -346,13 +367,13 @@ const _: () = assert!(std::mem::size_of::<GroupedGemmArgs>() == 80);
 const _: () = assert!(std::mem::size_of::<cuda::CUtensorMap>() == 128);
 const _: () = assert!(std::mem::align_of::<cuda::CUtensorMap>() >= 64);
 
-/// The seven kernels of one CUDA context.
+/// The kernels of one CUDA context (`Sm90Variant::ALL`).
 pub(crate) struct Sm90Kernels {
     functions: Vec<CudaFunction>,
 }
 
 impl Sm90Kernels {
-    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the seven kernels into `ctx`
+    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the eight kernels into `ctx`
     /// and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
     pub(crate) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
         use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
@@ -541,6 +562,8 @@ mod tests {
         assert_eq!(Sm90Variant::Bf16Tn.shared_memory(), 196_608 + 32_768 + 1024 + 64 + 16);
         assert_eq!(Sm90Variant::E4m3TnSplit.shared_memory(), 196_608 + 32_768 + 1024 + 96 + 16);
         assert_eq!(Sm90Variant::E4m3TnPingpong.shared_memory(), 196_608 + 32_768 + 1024 + 96 + 16);
+        assert_eq!(Sm90Variant::E5m2Tn.shared_memory(), Sm90Variant::E4m3Tn.shared_memory());
+        assert_eq!(Sm90Variant::E5m2TnSplit.shared_memory(), Sm90Variant::E4m3TnSplit.shared_memory());
         for v in Sm90Variant::ALL {
             assert!(v.shared_memory() <= 227 * 1024, "{}", v.name());
         }
@@ -563,7 +586,13 @@ mod tests {
         assert_eq!(of(E4M3, true, E4M3, true, 2048), Some(Sm90Variant::E4m3TnPingpong));
         assert_eq!(of(E4M3, true, E4M3, true, 2049), Some(Sm90Variant::E4m3Tn));
         assert_eq!(of(E4M3, true, E4M3, false, 768), Some(Sm90Variant::E4m3TnSplit));
-        assert_eq!(of(E4M3, true, E5M2, false, 768), None);
+        // The hybrid recipes' dgrad: E5M2 gradient rows, E4M3 weights; the same kernels' choice.
+        assert_eq!(of(E4M3, true, E5M2, false, 768), Some(Sm90Variant::E5m2TnSplit));
+        assert_eq!(of(E4M3, true, E5M2, true, 768), Some(Sm90Variant::E5m2TnPingpong));
+        assert_eq!(of(E4M3, true, E5M2, true, 7168), Some(Sm90Variant::E5m2Tn));
+        assert_eq!(of(E5M2, true, E4M3, false, 768), None);
+        assert_eq!(of(E5M2, true, E5M2, false, 768), None);
+        assert_eq!(of(E4M3, false, E5M2, false, 768), None);
         assert_eq!(of(F16, true, F16, false, 768), None);
     }
 }

@@ -891,7 +891,8 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
 /// gives cuBLASLt's exact batch's products on every group row (relative error <= 4e-3: another
 /// summation order, and for per-expert FP8 scales applied before the one BF16 rounding instead of
 /// a scale pass after it), with zeros in the rows past the filled chunks; under BF16 and FP8
-/// current scaling (per-expert and shared scales), on the skewed splits with an empty expert, at
+/// current scaling (per-expert and shared scales; and the hybrid recipes' dgrad, E5M2 gradient
+/// rows with E4M3 weights, per-expert scales), on the skewed splits with an empty expert, at
 /// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's cooperative kernels at
 /// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller
 /// (`lowp_grouped_gemm_unscaled`) stay the caller's: the unit-scale product and the epilogue give
@@ -928,6 +929,11 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
     };
     let labels = values(Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()).float());
     let (fp8, bf16) = (fp8_current_e4m3(), bf16_identity());
+    let fp8_e5m2 = burn_lowp::quant::QuantizerSpec::Fp8Current {
+        fp8: burn_lowp::format::Fp8Format::E5M2,
+        pow2_scales: false,
+        amax_epsilon: 0.0,
+    };
     let options = || GemmOptions::<B> {
         out_dtype: FloatDType::BF16,
         ..GemmOptions::default()
@@ -941,21 +947,30 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
         let x = Tensor::<B, 2>::random([layout.rows(), inp], Distribution::Normal(0.0, 1.0), device);
         let dy = Tensor::<B, 2>::random([layout.rows(), out], Distribution::Normal(0.0, 1.0), device);
         let w = Tensor::<B, 2>::random([experts * out, inp], Distribution::Normal(0.0, 0.05), device);
-        for (name, spec, scaling) in [
-            ("bf16", &bf16, GroupScaling::PerGroup),
-            ("fp8 per-expert scales", &fp8, GroupScaling::PerGroup),
-            ("fp8 shared scales", &fp8, GroupScaling::Shared),
+        // (name, the spec of x and w, of dY, scaling, whether the per-expert scales can be left to
+        // the caller).
+        for (name, spec, dy_spec, scaling, deferrable) in [
+            ("bf16", &bf16, &bf16, GroupScaling::PerGroup, false),
+            ("fp8 per-expert scales", &fp8, &fp8, GroupScaling::PerGroup, true),
+            ("fp8 shared scales", &fp8, &fp8, GroupScaling::Shared, false),
+            ("fp8 hybrid per-expert scales", &fp8, &fp8_e5m2, GroupScaling::PerGroup, true),
         ] {
-            let quantize = |t: &Tensor<B, 2>, groups: &Groups<B>| {
+            let quantize = |t: &Tensor<B, 2>, groups: &Groups<B>, spec| {
                 quantize_grouped::<B>(t.clone().into_primitive().tensor(), groups, spec, Usage::BOTH, 0, None, scaling)
                     .unwrap()
             };
             let (qx, qdy, qw) = (
-                quantize(&x, &layout.groups),
-                quantize(&dy, &layout.groups),
-                quantize(&w, &weight_groups),
+                quantize(&x, &layout.groups, spec),
+                quantize(&dy, &layout.groups, dy_spec),
+                quantize(&w, &weight_groups, spec),
             );
-            for (kind, rows_operand) in [(GemmKind::Fprop, &qx), (GemmKind::Dgrad, &qdy)] {
+            // (The hybrid fprop is the per-expert case's: E4M3 both sides.)
+            let kinds = if name.contains("hybrid") {
+                vec![(GemmKind::Dgrad, &qdy)]
+            } else {
+                vec![(GemmKind::Fprop, &qx), (GemmKind::Dgrad, &qdy)]
+            };
+            for (kind, rows_operand) in kinds {
                 let what = format!("{name} {inp} -> {out} {kind:?}");
                 let w_op = GroupedOperand {
                     tensor: &qw,
@@ -989,7 +1004,7 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
                 check_product_then_zero_rows(&exact, cut, &format!("{what}: the exact batch"));
                 check_product_then_zero_rows(&bound, cut, &format!("{what}: {ran}"));
 
-                if name == "fp8 per-expert scales" {
+                if deferrable {
                     // Deferred scales: the unit-scale product, scaled once by the epilogue.
                     let a = GroupedOperand {
                         tensor: rows_operand,

@@ -10,7 +10,8 @@
 //
 // Operands (row-major, as the crate stores them):
 //   A  [P, K]      packed rows; expert e owns rows [group_start[e], group_start[e] + group_rows[e])
-//   B  [E, N, K]   "TN": fprop with W, FP8 dgrad with the columnwise Wᵀ (both operands K-major)
+//   B  [E, N, K]   "TN": fprop with W, FP8 dgrad with the columnwise Wᵀ (both operands K-major;
+//                  FP8 A is E4M3, or E5M2 for the hybrid recipes' gradient; B is E4M3)
 //   B  [E, K, N]   "NN": BF16 dgrad with W itself (wgmma reads B MN-major)
 //   D  [P, N]      bf16
 // D_e = s_a[e] · s_b[e] · A_e · B_e + bias[e], scales and bias optional: TE's per-expert FP8
@@ -65,6 +66,11 @@ struct GroupedGemmArgs {
 // = stride between 8-row groups along K (the PTX ISA's canonical MN-major 128B-swizzle layout).
 #define LOWP_MN_LEADING 8192
 #define LOWP_MN_STRIDE 1024
+// The operands' types (a kernel's TYPES): BF16 x BF16, E4M3 x E4M3, or E5M2 rows (A: the hybrid
+// recipes' dY) x E4M3 weights (B).
+#define LOWP_BF16 0
+#define LOWP_E4M3 1
+#define LOWP_E5M2_E4M3 2
 
 __device__ __forceinline__ u32 shared_address(const void* p) {
     u32 a;
@@ -212,7 +218,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // wgmma.mma_async with the accumulator in registers: m64nNk16 (bf16, B K-major or, with
-// TRANS_B, MN-major) and m64nNk32 (e4m3, both operands K-major), N = 256 or 128 (N / 2 f32
+// TRANS_B, MN-major) and m64nNk32 (FP8, both operands K-major), N = 256 or 128 (N / 2 f32
 // registers a thread). Operand order as in the PTX ISA: D, A descriptor, B descriptor, scale-d,
 // scale-a, scale-b[, trans-a, trans-b].
 #define LOWP_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, " \
@@ -257,13 +263,6 @@ __device__ __forceinline__ void wgmma_m64n256_bf16(float* d, u64 desc_a, u64 des
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
-__device__ __forceinline__ void wgmma_m64n256_e4m3(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " LOWP_D128
-                 ", %128, %129, p, 1, 1;\n}\n"
-                 : LOWP_ACC128(d)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
 
 template <int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n128_bf16(float* d, u64 desc_a, u64 desc_b, int scale_d) {
@@ -274,12 +273,37 @@ __device__ __forceinline__ void wgmma_m64n128_bf16(float* d, u64 desc_a, u64 des
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
 }
 
-__device__ __forceinline__ void wgmma_m64n128_e4m3(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " LOWP_D64
-                 ", %64, %65, p, 1, 1;\n}\n"
-                 : LOWP_ACC64(d, 0)
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+
+// FP8 wgmma with A of type ATYPE ("e4m3" or "e5m2") and B E4M3, both K-major, m64nNk32 for
+// N = 256 and 128: NAME##_n256 and NAME##_n128.
+#define LOWP_WGMMA_FP8(NAME, ATYPE)                                                                \
+    __device__ __forceinline__ void NAME##_n256(float* d, u64 desc_a, u64 desc_b, int scale_d) {   \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                  \
+                     "wgmma.mma_async.sync.aligned.m64n256k32.f32." ATYPE ".e4m3 " LOWP_D128        \
+                     ", %128, %129, p, 1, 1;\n}\n"                                                  \
+                     : LOWP_ACC128(d)                                                              \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                    \
+    }                                                                                              \
+    __device__ __forceinline__ void NAME##_n128(float* d, u64 desc_a, u64 desc_b, int scale_d) {   \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32." ATYPE ".e4m3 " LOWP_D64         \
+                     ", %64, %65, p, 1, 1;\n}\n"                                                    \
+                     : LOWP_ACC64(d, 0)                                                            \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                    \
+    }
+LOWP_WGMMA_FP8(wgmma_e4m3, "e4m3")
+LOWP_WGMMA_FP8(wgmma_e5m2_e4m3, "e5m2")
+
+// One k-step of FP8 wgmma for a kernel's operand types and tile width.
+template <int TYPES, int BN>
+__device__ __forceinline__ void wgmma_fp8(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    if constexpr (TYPES == LOWP_E5M2_E4M3) {
+        if constexpr (BN == 256) wgmma_e5m2_e4m3_n256(d, desc_a, desc_b, scale_d);
+        else wgmma_e5m2_e4m3_n128(d, desc_a, desc_b, scale_d);
+    } else {
+        if constexpr (BN == 256) wgmma_e4m3_n256(d, desc_a, desc_b, scale_d);
+        else wgmma_e4m3_n128(d, desc_a, desc_b, scale_d);
+    }
 }
 
 // ---- the kernel body ---------------------------------------------------------------------------
@@ -433,7 +457,7 @@ __device__ __forceinline__ void store_tile(const GroupedGemmArgs& args, const Te
 
 // A consumer warpgroup of `grouped_gemm_body`: wgmma over the stages the producer fills, then the
 // epilogue (scales, bias, bf16 stores).
-template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
+template <int BN, int TYPES, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args,
                                                      const TensorMap* tm_d, u32 base,
@@ -442,6 +466,7 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
                                                      int n_tiles, int band, int first_unit,
                                                      int unit_step, u32 rank, int k_blocks,
                                                      int consumer) {
+    constexpr bool FP8 = TYPES != LOWP_BF16;
     constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
     constexpr u32 B_BYTES = BN * LOWP_BK_BYTES;
     constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
@@ -498,13 +523,8 @@ __device__ __forceinline__ void grouped_gemm_consume(const GroupedGemmArgs& args
                     // MN-major B: 16 K rows of 128 bytes per step (64-column blocks 8 KiB apart).
                     const u64 db = desc_b + stage_offset + (u64)((B_MN_MAJOR ? ks * 2048 : ks * 32) >> 4);
                     if constexpr (FP8) {
-                        if constexpr (SPLIT_ACC) {
-                            if constexpr (BN == 256) wgmma_m64n256_e4m3(part, da, db, ks > 0);
-                            else wgmma_m64n128_e4m3(part, da, db, ks > 0);
-                        } else {
-                            if constexpr (BN == 256) wgmma_m64n256_e4m3(acc[m], da, db, 1);
-                            else wgmma_m64n128_e4m3(acc[m], da, db, 1);
-                        }
+                        if constexpr (SPLIT_ACC) wgmma_fp8<TYPES, BN>(part, da, db, ks > 0);
+                        else wgmma_fp8<TYPES, BN>(acc[m], da, db, 1);
                     } else {
                         if constexpr (BN == 256) wgmma_m64n256_bf16<B_MN_MAJOR>(acc[m], da, db, 1);
                         else wgmma_m64n128_bf16<B_MN_MAJOR>(acc[m], da, db, 1);
@@ -597,12 +617,12 @@ __device__ __forceinline__ ProducerTile producer_tile(const GroupedGemmArgs& arg
 // straddles two experts loads
 // B in each CTA. Each stage's empty barrier then counts both CTAs' consumers, since the peer's
 // multicast writes into this CTA's stage.
-template <int BN, bool FP8, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
+template <int BN, int TYPES, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const TensorMap* tm_b,
                                                   const TensorMap* tm_d,
                                                   const GroupedGemmArgs& args) {
-    constexpr int BK = FP8 ? 128 : 64;  // elements per 128-byte row
+    constexpr int BK = TYPES != LOWP_BF16 ? 128 : 64;  // elements per 128-byte row
     constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
     constexpr u32 B_BYTES = BN * LOWP_BK_BYTES;
     constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
@@ -721,7 +741,7 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        grouped_gemm_consume<BN, FP8, B_MN_MAJOR, SPLIT_ACC, STAGES, PINGPONG, CLUSTER>(
+        grouped_gemm_consume<BN, TYPES, B_MN_MAJOR, SPLIT_ACC, STAGES, PINGPONG, CLUSTER>(
             args, tm_d, base, staging, full, empty, order, chunks, units, row_units, n_tiles, band, first_unit,
             unit_step, rank, k_blocks, warpgroup - 1);
     }
@@ -729,43 +749,47 @@ __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const T
     if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-#define LOWP_GROUPED_GEMM(NAME, BN, FP8, MN, SPLIT, STAGES, PINGPONG)                              \
+#define LOWP_GROUPED_GEMM(NAME, BN, TYPES, MN, SPLIT, STAGES, PINGPONG)                            \
     extern "C" __global__ void __launch_bounds__(384, 1)                                           \
         NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
              const __grid_constant__ TensorMap tm_d,                                               \
              const __grid_constant__ GroupedGemmArgs args) {                                       \
-        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 1>(&tm_a, &tm_b, &tm_d, args);     \
+        grouped_gemm_body<BN, TYPES, MN, SPLIT, STAGES, PINGPONG, 1>(&tm_a, &tm_b, &tm_d, args);   \
     }
 // The same kernel in clusters of two CTAs (B multicast), the cluster size fixed at compile time
 // so that a plain launch of an even grid runs it.
-#define LOWP_GROUPED_GEMM_X2(NAME, BN, FP8, MN, SPLIT, STAGES, PINGPONG)                           \
+#define LOWP_GROUPED_GEMM_X2(NAME, BN, TYPES, MN, SPLIT, STAGES, PINGPONG)                         \
     extern "C" __global__ void __launch_bounds__(384, 1) __attribute__((cluster_dims(2, 1, 1)))    \
         NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
              const __grid_constant__ TensorMap tm_d,                                               \
              const __grid_constant__ GroupedGemmArgs args) {                                       \
-        grouped_gemm_body<BN, FP8, MN, SPLIT, STAGES, PINGPONG, 2>(&tm_a, &tm_b, &tm_d, args);     \
+        grouped_gemm_body<BN, TYPES, MN, SPLIT, STAGES, PINGPONG, 2>(&tm_a, &tm_b, &tm_d, args);   \
     }
 
 // Dynamic shared memory of a kernel: STAGES · (128 + BN) · 128 bytes, two 16 KiB staging
 // buffers, 1024 bytes of alignment slack and 16 bytes of mbarriers per stage plus 16
 // (224 KiB + 1 KiB + barriers for all of these).
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_256, 256, false, false, false, 4, false)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_256, 256, false, true, false, 4, false)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_256, 256, true, false, false, 4, false)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_split_128, 128, true, false, true, 6, false)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, true, false, false, 6, true)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_256, 256, LOWP_BF16, false, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_256, 256, LOWP_BF16, true, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_256, 256, LOWP_E4M3, false, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_split_128, 128, LOWP_E4M3, false, true, 6, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e4m3_tn_128_pingpong, 128, LOWP_E4M3, false, false, 6, true)
+// The hybrid recipes' dgrad: E5M2 gradient rows x E4M3 columnwise weights.
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e5m2_tn_256, 256, LOWP_E5M2_E4M3, false, false, 4, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e5m2_tn_split_128, 128, LOWP_E5M2_E4M3, false, true, 6, false)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_e5m2_tn_128_pingpong, 128, LOWP_E5M2_E4M3, false, false, 6, true)
 // Kernels only the probe compiles (`benches/sm90_probe` defines this), which the crate does not
 // launch: BF16 pingpong, which the cooperative kernels overtook once their epilogue went through
 // shared memory, and the cluster twins, which on the H100 ran no faster than the kernels above
 // although they cut the L2 traffic by a fifth (MEASUREMENTS.md, stop 47).
 #ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_128_pingpong, 128, false, false, false, 6, true)
-LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_128_pingpong, 128, false, true, false, 6, true)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_256_x2, 256, false, false, false, 4, false)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_256_x2, 256, false, true, false, 4, false)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_256_x2, 256, true, false, false, 4, false)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_split_128_x2, 128, true, false, true, 6, false)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_128_pingpong_x2, 128, false, false, false, 6, true)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_128_pingpong_x2, 128, false, true, false, 6, true)
-LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_128_pingpong_x2, 128, true, false, false, 6, true)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_128_pingpong, 128, LOWP_BF16, false, false, 6, true)
+LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_128_pingpong, 128, LOWP_BF16, true, false, 6, true)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_256_x2, 256, LOWP_BF16, false, false, 4, false)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_256_x2, 256, LOWP_BF16, true, false, 4, false)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_256_x2, 256, LOWP_E4M3, false, false, 4, false)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_split_128_x2, 128, LOWP_E4M3, false, true, 6, false)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_128_pingpong_x2, 128, LOWP_BF16, false, false, 6, true)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_128_pingpong_x2, 128, LOWP_BF16, true, false, 6, true)
+LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_128_pingpong_x2, 128, LOWP_E4M3, false, false, 6, true)
 #endif
