@@ -12,8 +12,9 @@
 //!   work, 2·T·N·K. fprop and dgrad run twice: with the splits' host copy arrived
 //!   (`splits_on_host`: the pointer array's `batch: exact`, the chunks the groups fill, or one GEMM
 //!   per group where `backend::per_group_pays`), and before it has (`batch: bound`, the
-//!   host-known bound of chunks; with `LOWP_GROUPED_KERNEL=sm90` our Hopper grouped GEMM runs
-//!   there instead where it supports the GEMM, counted as `device_grouped_batches`).
+//!   host-known bound of chunks; by default our Hopper grouped GEMM runs there instead where it
+//!   supports the GEMM, counted as `device_grouped_batches`, and `LOWP_GROUPED_KERNEL=cublaslt`
+//!   keeps cuBLASLt's batch).
 //!   FP8 per-tensor dgrad runs with TE's split accumulator and, as the PyTorch peer does, with fast
 //!   accumulation (`accumulation`).
 //! * `grouped_linear_step`: `GroupedLinear` (E = 8, 2048 -> 2048, 32768 tokens, BF16 parameters and

@@ -13,14 +13,14 @@
 //! Which kernel runs the bound is a process-wide setting, [`GroupedKernel`]:
 //! [`set_grouped_kernel`], else the environment variable `LOWP_GROUPED_KERNEL` (`cublaslt` or
 //! `sm90`, read once per process; another value is reported on stderr and ignored), else
-//! `GroupedKernel::CublasLt`. On the H100 (stop 48, MEASUREMENTS.md, in turns with PyTorch) our
-//! kernel runs issue 9's shapes at 1.02-1.29 of `torch._grouped_mm` in BF16 and 1.04-1.35 of
+//! `GroupedKernel::Sm90`, which falls back to cuBLASLt's bound batch wherever our kernel does not
+//! apply (below). On the H100 (stop 48, MEASUREMENTS.md, in turns with PyTorch) our kernel runs
+//! issue 9's shapes at 1.02-1.29 of `torch._grouped_mm` in BF16 and 1.04-1.35 of
 //! `torch._scaled_grouped_mm` in FP8 with per-expert scales (2.8-2.9x with the split accumulator
 //! at 128 experts), where the bound batch ran 0.86-1.27 in BF16 and 0.66-0.97 in FP8 with its
-//! scale pass (earlier stops' turns). cuBLASLt stays the default because the `GroupedLinear`
-//! step (8 experts, 2048 -> 2048), which folds the per-expert scales into its epilogue anyway
-//! and keeps E5M2 gradients on cuBLASLt, gains under 1 % in BF16 with our kernel (1656-1683
-//! against 1665-1692 µs) and loses up to 1.4 % in FP8 current scaling.
+//! scale pass (earlier stops' turns). In the `GroupedLinear` step (8 experts, 2048 -> 2048) it
+//! measured 0.3-1.7 % faster than the bound batch in BF16 and, with the hybrid dgrad on it too,
+//! from 1.1 % faster (balanced splits) to 0.8 % slower (skewed) in FP8 current scaling.
 //!
 //! Under `Sm90` our kernel runs where [`is_sm90`] holds (compute capability exactly 9.0), the
 //! output is BF16, both operands are BF16 (fprop: B = the weights `[E, N, K]`, K-major; dgrad:
@@ -56,7 +56,8 @@ use crate::error::{LowpError, Result};
 pub enum GroupedKernel {
     /// cuBLASLt's pointer-array batch over the host-known bound of chunks.
     CublasLt,
-    /// Our Hopper kernel (`sm90/grouped_gemm.cu`) where it supports the GEMM, else cuBLASLt.
+    /// Our Hopper kernel (`sm90/grouped_gemm.cu`) where it supports the GEMM, else cuBLASLt (the
+    /// default).
     Sm90,
 }
 
@@ -75,7 +76,7 @@ static KERNEL: AtomicU8 = AtomicU8::new(UNRESOLVED);
 const UNRESOLVED: u8 = u8::MAX;
 
 /// The setting in use: set by [`set_grouped_kernel`], else `LOWP_GROUPED_KERNEL=cublaslt|sm90`,
-/// else `CublasLt`. The variable is read once per process.
+/// else `Sm90`. The variable is read once per process.
 pub fn grouped_kernel() -> GroupedKernel {
     match KERNEL.load(Ordering::Relaxed) {
         0 => GroupedKernel::CublasLt,
@@ -89,12 +90,12 @@ pub fn grouped_kernel() -> GroupedKernel {
                     REPORTED.call_once(|| {
                         eprintln!(
                             "burn-lowp: LOWP_GROUPED_KERNEL={other:?} is neither `cublaslt` nor \
-                             `sm90`; using `cublaslt`"
+                             `sm90`; using `sm90`"
                         )
                     });
-                    GroupedKernel::CublasLt
+                    GroupedKernel::Sm90
                 }
-                Err(_) => GroupedKernel::CublasLt,
+                Err(_) => GroupedKernel::Sm90,
             };
             // A `set_grouped_kernel` made meanwhile wins.
             let _ = KERNEL.compare_exchange(UNRESOLVED, kernel.code(), Ordering::Relaxed, Ordering::Relaxed);
