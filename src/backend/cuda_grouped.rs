@@ -18,12 +18,12 @@
 //!   (`grouped::per_group_pays`: BF16 dgrad, FP8 with per-group scales, which then need no pass).
 //!   Where the copy has not arrived when the batch is queued, the batch runs the host-known bound
 //!   of chunks, or, under `GroupedKernel::Sm90` (`sm90_grouped`, the default; `cublaslt` with
-//!   `LOWP_GROUPED_KERNEL`) and where it supports the GEMM, our Hopper grouped GEMM, which reads the groups on the device and
-//!   computes only the chunks they fill. It applies shared FP8 scales itself, and per-group ones
-//!   where the caller does not take them (`defer_scales`): then no scale pass runs, which is
-//!   decided when the GEMM is called (if the copy has not arrived by then, our kernel runs even if
-//!   it arrives before the batch is queued). Deferred per-group scales stay the caller's: our
-//!   kernel then writes the unit-scale product, as cuBLASLt does.
+//!   `LOWP_GROUPED_KERNEL`) and where it supports the GEMM, our Hopper grouped GEMM, which reads
+//!   the groups on the device and computes only the chunks they fill. It applies shared FP8 scales
+//!   itself, and per-group ones where the caller does not take them (`defer_scales`): then no scale
+//!   pass runs, which is decided when the GEMM is called (if the copy has not arrived by then, our
+//!   kernel runs even if it arrives before the batch is queued). Deferred per-group scales stay the
+//!   caller's: our kernel then writes the unit-scale product, as cuBLASLt does.
 //! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over

@@ -23,17 +23,17 @@
 //! from 1.1 % faster (balanced splits) to 0.8 % slower (skewed) in FP8 current scaling.
 //!
 //! Under `Sm90` our kernel runs where [`is_sm90`] holds (compute capability exactly 9.0), the
-//! output is BF16, both operands are BF16 (fprop: B = the weights `[E, N, K]`, K-major; dgrad:
-//! B = the same weights read MN-major) or both FP8 E4M3 per-tensor (fprop with the rowwise
-//! weights, dgrad with their columnwise per-expert transpose, both K-major; the split accumulator
-//! where the GEMM asks for it) or, the hybrid recipes' dgrad, E5M2 gradient rows with those E4M3
-//! weights (the same kernels, wgmma reading A as E5M2), rows are multiples of 16 bytes and the buffers 16-byte aligned;
-//! anything else keeps cuBLASLt's bound batch. BF16 runs the cooperative kernels (128 x 256 tiles)
-//! at every reduction length: since their epilogue goes through shared memory they beat the
-//! pingpong ones (128 x 128 tiles, one consumer warpgroup storing while the other computes) by 12 %
-//! at K = 768. FP8 with fast accumulation runs the pingpong kernel where the reduction takes at
-//! most 16 stages of 128 bytes (K <= 2048), 2-6 % ahead on the dgrad there, and the cooperative one
-//! above (`benches/sm90_probe`, MEASUREMENTS.md).
+//! output is BF16, both operands are BF16 (fprop: B = the weights `[E, N, K]`, K-major; dgrad: B =
+//! the same weights read MN-major) or both FP8 E4M3 per-tensor (fprop with the rowwise weights,
+//! dgrad with their columnwise per-expert transpose, both K-major; the split accumulator where the
+//! GEMM asks for it) or, the hybrid recipes' dgrad, E5M2 gradient rows with those E4M3 weights (the
+//! same kernels, wgmma reading A as E5M2), rows are multiples of 16 bytes and the buffers 16-byte
+//! aligned; anything else keeps cuBLASLt's bound batch. BF16 runs the cooperative kernels (128 x
+//! 256 tiles) at every reduction length: since their epilogue goes through shared memory they beat
+//! the pingpong ones (128 x 128 tiles, one consumer warpgroup storing while the other computes) by
+//! 12 % at K = 768. FP8 with fast accumulation runs the pingpong kernel where the reduction takes
+//! at most 16 stages of 128 bytes (K <= 2048), 2-6 % ahead on the dgrad there, and the cooperative
+//! one above (`benches/sm90_probe`, MEASUREMENTS.md).
 //!
 //! Launch (as `benches/sm90_probe/harness.cu`, verified on an H100): grid = the SMs (one fewer
 //! under `DeviceFlags`, whose wait kernel holds one), 384 threads, dynamic shared memory
@@ -56,8 +56,8 @@ use crate::error::{LowpError, Result};
 pub enum GroupedKernel {
     /// cuBLASLt's pointer-array batch over the host-known bound of chunks.
     CublasLt,
-    /// Our Hopper kernel (`sm90/grouped_gemm.cu`) where it supports the GEMM, else cuBLASLt (the
-    /// default).
+    /// The default: our Hopper kernel (`sm90/grouped_gemm.cu`) where it supports the GEMM, else
+    /// cuBLASLt's batch.
     Sm90,
 }
 
