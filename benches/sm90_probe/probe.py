@@ -7,12 +7,11 @@ TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's 
 
 --check: every kernel on skewed splits with empty experts and column and K tails, with and without
 per-expert scales and bias (the e5m2_* kernels with E5M2 rows, E4M3 weights); the grouped
-matrix's tail rows must be zero. --time: TFLOP/s of
-fprop/dgrad per kernel in turns with PyTorch (`in_turns`: LOWP_ROUNDS rounds, default 5, after a
-heating run; the ratio of the best times and the median of the rounds' ratios); --selected keeps
-the kernel and tile order `backend::sm90_grouped` picks, and --x2 its twin in clusters of two
-CTAs (B multicast). LOWP_BAND sets the tile order's band
-for --check (harness.cu reads it per launch).
+matrix's tail rows must be zero. --time: TFLOP/s of fprop/dgrad per kernel in turns with PyTorch
+(`in_turns`: LOWP_ROUNDS rounds, default 5, after a heating run; the ratio of the best times and
+the median of the rounds' ratios); --selected keeps the kernel and tile order
+`backend::sm90_grouped` picks, and --x2 its twin in clusters of two CTAs (B multicast).
+LOWP_BAND sets the tile order's band for --check (harness.cu reads it per launch).
 """
 import argparse
 import ctypes

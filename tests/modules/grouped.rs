@@ -803,11 +803,11 @@ macro_rules! grouped_suite {
 }
 pub(crate) use grouped_suite;
 
-/// FP8 E4M3 current scaling and BF16 pass-through: the quantizers the grouped GEMM path checks
-/// below compare.
-fn fp8_current_e4m3() -> burn_lowp::quant::QuantizerSpec {
+/// FP8 current scaling (E4M3, or E5M2 for the hybrid recipes' gradients) and BF16
+/// pass-through: the quantizers the grouped GEMM path checks below compare.
+fn fp8_current(fp8: burn_lowp::format::Fp8Format) -> burn_lowp::quant::QuantizerSpec {
     burn_lowp::quant::QuantizerSpec::Fp8Current {
-        fp8: burn_lowp::format::Fp8Format::E4M3,
+        fp8,
         pow2_scales: false,
         amax_epsilon: 0.0,
     }
@@ -846,7 +846,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     let weight_groups = Groups::<B>::from_host(uniform_groups(2, features), 2 * features, device).unwrap();
     let x = Tensor::<B, 2>::random([layout.rows(), features], Distribution::Normal(0.0, 1.0), device);
     let w = Tensor::<B, 2>::random([2 * features, features], Distribution::Normal(0.0, 0.02), device);
-    let (fp8, bf16) = (fp8_current_e4m3(), bf16_identity());
+    let (fp8, bf16) = (fp8_current(burn_lowp::format::Fp8Format::E4M3), bf16_identity());
     let (pa, pg) = (GroupedGemmPath::PointerArray, GroupedGemmPath::PerGroup);
     let (hp, fp8_path) = (GemmPath::CublasLtHighPrecision, GemmPath::CublasLtFp8Tensor);
     for (name, spec, scaling, fprop, dgrad) in [
@@ -928,12 +928,8 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
         ..layout.groups.clone()
     };
     let labels = values(Tensor::<B, 1, Int>::from_primitive(layout.row_group.clone()).float());
-    let (fp8, bf16) = (fp8_current_e4m3(), bf16_identity());
-    let fp8_e5m2 = burn_lowp::quant::QuantizerSpec::Fp8Current {
-        fp8: burn_lowp::format::Fp8Format::E5M2,
-        pow2_scales: false,
-        amax_epsilon: 0.0,
-    };
+    let (fp8, bf16) = (fp8_current(burn_lowp::format::Fp8Format::E4M3), bf16_identity());
+    let fp8_e5m2 = fp8_current(burn_lowp::format::Fp8Format::E5M2);
     let options = || GemmOptions::<B> {
         out_dtype: FloatDType::BF16,
         ..GemmOptions::default()
