@@ -614,9 +614,8 @@ __device__ __forceinline__ ProducerTile producer_tile(const GroupedGemmArgs& arg
 // column tile. Where both chunks belong to one expert (they share B), each CTA loads half of the
 // B tile and multicasts it to both, so that a CTA reads 32 KiB a stage from L2 instead of 48
 // (128 x 256 tiles), as PyTorch's CUTLASS grouped GEMM does with its 2 x 1 clusters. A pair that
-// straddles two experts loads
-// B in each CTA. Each stage's empty barrier then counts both CTAs' consumers, since the peer's
-// multicast writes into this CTA's stage.
+// straddles two experts loads B in each CTA. Each stage's empty barrier then counts both CTAs'
+// consumers, since the peer's multicast writes into this CTA's stage.
 template <int BN, int TYPES, bool B_MN_MAJOR, bool SPLIT_ACC, int STAGES, bool PINGPONG,
           int CLUSTER>
 __device__ __forceinline__ void grouped_gemm_body(const TensorMap* tm_a, const TensorMap* tm_b,
