@@ -73,6 +73,8 @@ fn run_config_errors_name_the_field_the_value_and_the_rule() {
         (r#"{"model": {"hidden_size": 130, "num_heads": 4}}"#, "model.hidden_size"),
         (r#"{"train": {"batch_size": 8, "micro_batches": 3}}"#, "train.micro_batches"),
         (r#"{"train": {"steps": 0}}"#, "train.steps"),
+        (r#"{"train": {"adam_eps": 0.0}}"#, "train.adam_eps"),
+        (r#"{"train": {"adam_epsilon": 1e-8}}"#, "train.adam_epsilon"),
         (r#"{"trian": {}}"#, "trian"),
         ("[1, 2]", "run config"),
     ];
@@ -87,10 +89,64 @@ fn run_config_errors_name_the_field_the_value_and_the_rule() {
     let config = RunConfig::from_json(r#"{"model": {"num_layers": 3}}"#).unwrap();
     assert_eq!(config.model.num_layers, 3);
     assert_eq!(config.model.hidden_size, RunConfig::default().model.hidden_size);
+    // AdamW's epsilon is PyTorch's unless the file sets it.
+    assert_eq!(config.train.adam_eps, 1e-8);
+    let config = RunConfig::from_json(r#"{"train": {"adam_eps": 1e-6}}"#).unwrap();
+    assert_eq!(config.train.adam_eps, 1e-6);
     // The shipped configs load.
-    for file in ["moe-tiny.json", "moe-235m.json"] {
+    for file in ["moe-tiny.json", "moe-235m.json", "moe-1.9b.json", "moe-fine-grained.json"] {
         RunConfig::load(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(file)).unwrap();
     }
+}
+
+/// A recipe trains what it says: a custom rule that matches none of the built model's slots is
+/// an error at init naming the rule (unless the recipe allows it, then a warning), and the
+/// listing shows each distinct assignment once with the modules compressed.
+#[test]
+fn a_recipe_rule_that_matches_nothing_is_an_error_and_the_listing_shows_every_assignment() {
+    let _seeded = seeded();
+    let device = Default::default();
+    let config = MoeLmConfig::new().with_num_layers(2);
+    let recipe = |allow: bool| {
+        burn_lowp::recipe::Recipe::from_json(&format!(
+            r#"{{"recipe": "custom", "allow_unmatched_rules": {allow}, "rules": [
+                {{"match": {{"name": "layers.1.*"}}, "quantizer": {{"format": "identity"}}}},
+                {{"match": {{"name": "layers.99.*"}}, "quantizer": {{"format": "identity"}}}},
+                {{"match": {{"module_type": "dpa"}}, "quantizer": {{"format": "identity"}}}}
+            ], "default": {{"format": "mxfp8"}}}}"#
+        ))
+        .unwrap()
+    };
+    let err = config.init::<AD>(&recipe(false), &device).unwrap_err().to_string();
+    assert!(err.contains("rules[1].match") && err.contains("layers.99.*") && err.contains("allow_unmatched_rules"), "{err}");
+
+    let model = config.init::<AD>(&recipe(true), &device).unwrap();
+    let audit = model.recipe_audit(&recipe(true)).unwrap();
+    assert_eq!(audit.unmatched_rules, vec![1, 2]);
+    let listing = audit.listing();
+    assert!(listing.contains("rules[1]") && listing.contains("rules[2]"), "{listing}");
+    // Layer 0 and the head got the default, layer 1 the identity rule.
+    let line = |tensor_type: &str, quantizer: &str, names: &str| {
+        audit
+            .lines
+            .iter()
+            .any(|l| l.tensor_type == tensor_type && l.quantizer == quantizer && burn_lowp::recipe::audit::compress_names(&l.names).contains(names))
+    };
+    assert!(line("weight", "mxfp8-e4m3", "layers.0.attention.qkv"), "{listing}");
+    assert!(line("weight", "mxfp8-e4m3", "lm_head"), "{listing}");
+    assert!(line("weight", "identity-bf16", "layers.1.attention.qkv"), "{listing}");
+    assert!(!line("weight", "mxfp8-e4m3", "layers.1.attention.qkv"), "{listing}");
+    // One line per distinct assignment: no (pass, module type, tensor type, quantizer) twice.
+    let mut keys: Vec<_> = audit.lines.iter().map(|l| (l.pass, l.module_type.clone(), l.tensor_type.clone(), l.quantizer.clone())).collect();
+    let before = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), before, "{listing}");
+
+    // A built-in recipe over two layers: each projection's weights on one line for both layers.
+    let model = config.init::<AD>(&suite::recipe("current_scaling.json"), &device).unwrap();
+    let listing = model.recipe_audit(&suite::recipe("current_scaling.json")).unwrap().listing();
+    assert!(listing.contains("layers.[0-1].attention.qkv"), "{listing}");
 }
 
 /// Burn's `num_params` counts trainable weights only, also under delayed scaling (whose amax
@@ -311,6 +367,22 @@ fn the_moe_train_command_writes_metrics_a_chart_and_a_table() {
     assert_eq!(again[1].losses, summaries[1].losses);
     assert!(out.join("loss.png").is_file());
     assert_eq!(read_summaries(&out).unwrap().len(), 2);
+
+    // --explain-recipe builds the model, lists the assignments and trains nothing.
+    let explained = dir.path().join("explained");
+    let explain = MoeTrainArgs::try_parse_from([
+        "moe_train".as_ref(),
+        "--explain-recipe".as_ref(),
+        "--recipe".as_ref(),
+        recipes_dir().join("mxfp8.json").as_os_str(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--out".as_ref(),
+        explained.as_os_str(),
+    ])
+    .unwrap();
+    assert!(run::<AD>(&explain, &Default::default(), None).unwrap().is_empty());
+    assert!(!explained.join("mxfp8").exists(), "nothing trained");
 
     // Bad input is an error naming it, before anything trains.
     let missing = dir.path().join("none.json");

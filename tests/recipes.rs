@@ -196,7 +196,7 @@ fn expected(file: &str, slot: &burn_lowp::recipe::SlotQuantizer, pass: Pass) -> 
                 columnwise: Box::new(nv(true, false, false)),
                 columnwise_source: ColumnwiseSource::Original,
             },
-            (_, "grad_output" | "grad_input") => nv(false, true, true),
+            (_, "grad_output") => nv(false, true, true),
             _ => mx,
         },
         "nvfp4_keep_first_last_bf16.json" => match (&slot.role, t) {
@@ -206,7 +206,7 @@ fn expected(file: &str, slot: &burn_lowp::recipe::SlotQuantizer, pass: Pass) -> 
                 }
             }
             (Some(_), "weight") => nv(true, false, false),
-            (Some(_), "grad_output" | "grad_input") => nv(false, true, true),
+            (Some(_), "grad_output") => nv(false, true, true),
             _ => nv(false, true, false),
         },
         other => panic!("no expectation for {other}"),
@@ -674,7 +674,19 @@ fn delayed_scaling_state_is_saved_and_loaded_with_the_record() {
 
 #[test]
 fn invalid_recipes_give_their_errors() {
-    let cases: [(&str, &[&str]); 14] = [
+    let cases: [(&str, &[&str]); 17] = [
+        (
+            r#"{"recipe":"custom","rules":[{"match":{"tensor_type":"wieght"},"quantizer":{"format":"mxfp8"}}],"default":{"format":"mxfp8"}}"#,
+            &["rules[0].match.tensor_type", "\"wieght\"", "no slot of any module", "weight"],
+        ),
+        (
+            r#"{"recipe":"custom","rules":[{"match":{"name":"fc1"},"quantizer":{"format":"mxfp8"}},{"match":{"module_type":"layernorm_linear"},"quantizer":{"format":"mxfp8"}}],"default":{"format":"mxfp8"}}"#,
+            &["rules[1].match.module_type", "layernorm_linear", "linear, grouped_linear, dpa"],
+        ),
+        (
+            r#"{"recipe":"custom","rules":[{"match":{"module_type":"grouped_linear","tensor_type":"qkv"},"quantizer":{"format":"mxfp8"}}],"default":{"format":"mxfp8"}}"#,
+            &["rules[0].match.tensor_type", "`grouped_linear` module"],
+        ),
         (
             r#"{"recipe":"mxfp8","fp8_format":"e5m2"}"#,
             &["fp8_format", "pure E5M2"],

@@ -79,6 +79,10 @@ pub struct MoeTrainArgs {
     /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
     #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
     pub report: bool,
+    /// Train nothing: build the model under each recipe and list the quantizer every slot of
+    /// every module gets (one line per distinct assignment), as each run prints at its start.
+    #[arg(long, conflicts_with_all = ["report", "resume"])]
+    pub explain_recipe: bool,
 }
 
 /// Bytes of the built-in corpus.
@@ -171,6 +175,13 @@ where
     if let Some(path) = args.gemm_tuning.as_ref().filter(|p| p.exists()) {
         let count = load_gemm_tuning(path)?;
         println!("GEMM tuning: {count} algorithm choices from {}", path.display());
+    }
+    if args.explain_recipe {
+        for (name, recipe) in &recipes {
+            let model: crate::moe::MoeLm<B> = config.model.init(recipe, device)?;
+            print!("{name}: {}", model.recipe_audit(recipe)?.listing());
+        }
+        return Ok(Vec::new());
     }
     let mut labels: Vec<&str> = recipes.iter().map(|r| r.0.as_str()).collect();
     labels.sort();

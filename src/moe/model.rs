@@ -12,7 +12,6 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
     Embedding, EmbeddingConfig, Initializer, RmsNorm, RmsNormConfig, RotaryEncoding,
-    RotaryEncodingConfig,
 };
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
@@ -22,9 +21,9 @@ use super::layer::{MoeLayer, MoeLayerConfig};
 use super::router::ScoreFunction;
 use crate::error::LowpError;
 use crate::format::grouped::GroupScaling;
-use crate::nn::{fused, Linear, LinearConfig, LowpState};
+use crate::nn::{fused, rotary, Linear, LinearConfig, LowpState};
 use crate::ops::LowpLinear;
-use crate::recipe::Recipe;
+use crate::recipe::{Recipe, RecipeAudit};
 
 /// Largest vocabulary embedded as a one-hot product (its forward reads `vocab` values per output).
 const ONE_HOT_VOCAB: usize = 4096;
@@ -213,7 +212,7 @@ impl MoeLmConfig {
             true => None,
             false => Some(linear(h, self.vocab_size, "lm_head".into())?),
         };
-        Ok(MoeLm {
+        let model = MoeLm {
             embedding: EmbeddingConfig::new(self.vocab_size, h)
                 .with_initializer(Initializer::Normal {
                     mean: 0.0,
@@ -223,10 +222,13 @@ impl MoeLmConfig {
             layers,
             norm: norm(),
             lm_head,
-            rope: RotaryEncodingConfig::new(self.max_seq_len, h / self.num_heads)
-                .with_theta(self.rope_theta)
-                .init(device),
-        })
+            // Built in f64 and rounded once (Burn's init computes it in the backend's dtype).
+            rope: rotary::rotary_encoding(self.max_seq_len, h / self.num_heads, self.rope_theta, device),
+        };
+        // A custom rule that matches none of the model's slots is an error here, not a run that
+        // silently trains the default quantizer.
+        model.recipe_audit(recipe)?;
+        Ok(model)
     }
 }
 
@@ -350,6 +352,14 @@ impl<B: LowpLinear> MoeLm<B> {
 impl<B: Backend> MoeLm<B> {
     /// Every GEMM's low-precision state, in a fixed order (checkpoints save their
     /// stochastic-rounding positions).
+    /// What `recipe` assigned to every quantizer slot of the model, and the custom rules that
+    /// matched none (an error unless the recipe allows it).
+    pub fn recipe_audit(&self, recipe: &Recipe) -> Result<RecipeAudit, LowpError> {
+        let states = self.lowp_states();
+        let modules: Vec<_> = states.iter().map(|s| (&s.layout, &s.quantizers)).collect();
+        RecipeAudit::new(recipe, &modules)
+    }
+
     pub fn lowp_states(&self) -> Vec<&LowpState<B>> {
         let mut states = Vec::new();
         for layer in &self.layers {

@@ -40,6 +40,10 @@ pub struct TrainConfig {
     pub beta1: f32,
     #[config(default = 0.95)]
     pub beta2: f32,
+    /// AdamW's epsilon. 1e-8 as PyTorch, Megatron and TE (not Burn's default 1e-5, which
+    /// damps the updates of parameters with small gradients: `optim::FusedAdamWConfig`).
+    #[config(default = 1e-8)]
+    pub adam_eps: f32,
     /// Per-parameter gradient norm clipping (Burn's `GradientClipping::Norm`); none when absent.
     #[config(default = "Some(1.0)")]
     pub grad_clip_norm: Option<f32>,
@@ -74,6 +78,9 @@ impl TrainConfig {
                 self.micro_batches,
                 format!("must divide batch_size = {}", self.batch_size),
             ));
+        }
+        if !(self.adam_eps > 0.0 && self.adam_eps.is_finite()) {
+            return Err(LowpError::invalid("train.adam_eps", self.adam_eps, "must be positive and finite"));
         }
         if !(self.lr > 0.0) || !(0.0..=1.0).contains(&self.min_lr_ratio) {
             return Err(LowpError::invalid(

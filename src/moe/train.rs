@@ -256,10 +256,12 @@ where
     }
     B::seed(device, train.seed);
     let mut model: MoeLm<B> = model_config.init(run.recipe, device)?;
+    print!("{}: {}", run.label, model.recipe_audit(run.recipe)?.listing());
     // Burn's AdamW and per-parameter norm clipping, one kernel per parameter (`optim`).
     let mut optim = FusedAdamWConfig::new()
         .with_beta_1(train.beta1)
         .with_beta_2(train.beta2)
+        .with_epsilon(train.adam_eps)
         .with_weight_decay(train.weight_decay)
         .with_grad_clip_norm(train.grad_clip_norm)
         .init::<B, MoeLm<B>>();

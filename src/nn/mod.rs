@@ -7,6 +7,7 @@ pub mod layernorm_linear;
 pub mod layernorm_mlp;
 pub mod linear;
 pub mod lowp_state;
+pub mod rotary;
 pub mod weight_cache;
 
 pub use grouped_linear::{GroupedLinear, GroupedLinearConfig};

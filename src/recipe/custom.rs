@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::role::QuantizerRole;
+use super::role::{QuantizerRole, MODULE_TYPES};
 use crate::error::{LowpError, Result};
 use crate::quant::QuantizerSpec;
 
@@ -41,7 +41,42 @@ impl RolePattern {
                 .is_none_or(|glob| glob::Pattern::new(glob).is_ok_and(|p| p.matches(&role.name)))
     }
 
+    /// Checks the glob and that the module and tensor types are ones modules give their slots
+    /// (TE's vocabulary, `role::MODULE_TYPES`): a misspelt type would match nothing and leave the
+    /// rule silently unused.
     pub fn validate(&self, path: &str) -> Result<()> {
+        let known = |module_type: &str| MODULE_TYPES.iter().find(|(m, _)| *m == module_type);
+        if let Some(module_type) = &self.module_type {
+            if known(module_type).is_none() {
+                let names: Vec<&str> = MODULE_TYPES.iter().map(|(m, _)| *m).collect();
+                return Err(LowpError::invalid(
+                    format!("{path}.module_type"),
+                    format!("{module_type:?}"),
+                    format!("no module has this type; module types are {}", names.join(", ")),
+                ));
+            }
+        }
+        if let Some(tensor_type) = &self.tensor_type {
+            let allowed: Vec<&str> = match self.module_type.as_deref().and_then(known) {
+                Some((_, types)) => types.to_vec(),
+                None => {
+                    let mut all: Vec<&str> = MODULE_TYPES.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+                    all.dedup();
+                    all
+                }
+            };
+            if !allowed.contains(&tensor_type.as_str()) {
+                let owner = match &self.module_type {
+                    Some(m) => format!("a `{m}` module"),
+                    None => "any module".to_string(),
+                };
+                return Err(LowpError::invalid(
+                    format!("{path}.tensor_type"),
+                    format!("{tensor_type:?}"),
+                    format!("no slot of {owner} has this tensor type; tensor types are {}", allowed.join(", ")),
+                ));
+            }
+        }
         if let Some(name) = &self.name {
             glob::Pattern::new(name).map_err(|e| {
                 LowpError::invalid(
@@ -71,6 +106,10 @@ pub struct CustomRecipe {
     #[serde(default)]
     pub rules: Vec<CustomRule>,
     pub default: QuantizerSpec,
+    /// A rule that matches no slot of the model it builds is an error (`recipe::audit`) unless
+    /// this is set; then it is a warning.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unmatched_rules: bool,
 }
 
 impl CustomRecipe {

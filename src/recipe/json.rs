@@ -113,7 +113,7 @@ pub fn recipe(text: &str) -> Result<Recipe> {
 }
 
 fn custom(value: &Value) -> Result<Recipe> {
-    let map = object(value, "recipe", &["recipe", "rules", "default"])?;
+    let map = object(value, "recipe", &["recipe", "rules", "default", "allow_unmatched_rules"])?;
     let rules = match map.get("rules") {
         None => Vec::new(),
         Some(rules) => rules
@@ -145,8 +145,15 @@ fn custom(value: &Value) -> Result<Recipe> {
             "missing field `default` (the quantizer of roles no rule matches)",
         )
     })?;
+    let allow_unmatched_rules = match map.get("allow_unmatched_rules") {
+        None => false,
+        Some(flag) => flag.as_bool().ok_or_else(|| {
+            LowpError::invalid("allow_unmatched_rules", flag, "expected a boolean")
+        })?,
+    };
     Ok(Recipe::Custom(CustomRecipe {
         rules,
         default: quantizer(default, "default")?,
+        allow_unmatched_rules,
     }))
 }

@@ -12,6 +12,15 @@ pub const OUTPUT: &str = "output";
 pub const GRAD_OUTPUT: &str = "grad_output";
 pub const GRAD_INPUT: &str = "grad_input";
 
+/// The module types of TE's roles and the tensor types each gives its slots: burn-lowp's
+/// `Linear`, `LayerNormLinear` and `LayerNormMlp` are `linear`, `GroupedLinear` is
+/// `grouped_linear`; `dpa` (attention) roles reach a module only as a parent's boundary role.
+pub const MODULE_TYPES: [(&str, &[&str]); 3] = [
+    ("linear", &[INPUT, WEIGHT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT]),
+    ("grouped_linear", &[INPUT, WEIGHT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT]),
+    ("dpa", &["qkv", "s", "do", "dp"]),
+];
+
 /// Who a quantizer slot serves: the module type (`linear`, `grouped_linear`), the tensor type
 /// (`input`, `weight`, `output`, `grad_output`, `grad_input`) and the module's name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
