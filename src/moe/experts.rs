@@ -28,6 +28,9 @@ pub struct SwigluExpertsConfig {
     /// FP8 per-tensor scales per expert or shared by the experts (`GroupedLinearConfig::fp8_scales`).
     #[config(default = "GroupScaling::PerGroup")]
     pub fp8_scales: GroupScaling,
+    /// Weights drawn from N(0, init_std) (`GroupedLinearConfig::init_std`).
+    #[config(default = 0.023)]
+    pub init_std: f64,
 }
 
 #[derive(Module, Debug)]
@@ -48,11 +51,13 @@ impl SwigluExpertsConfig {
                 .with_bias(self.bias)
                 .with_name(format!("{}.fc1", self.name))
                 .with_fp8_scales(self.fp8_scales)
+                .with_init_std(self.init_std)
                 .init(recipe, device)?,
             fc2: GroupedLinearConfig::new(e, f, h)
                 .with_bias(self.bias)
                 .with_name(format!("{}.fc2", self.name))
                 .with_fp8_scales(self.fp8_scales)
+                .with_init_std(self.init_std)
                 .init(recipe, device)?,
         })
     }

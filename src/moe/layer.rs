@@ -41,6 +41,9 @@ pub struct MoeLayerConfig {
     /// FP8 per-tensor scales of the experts: per expert or shared (`GroupedLinearConfig::fp8_scales`).
     #[config(default = "GroupScaling::PerGroup")]
     pub expert_fp8_scales: GroupScaling,
+    /// Standard deviation of the router's, the experts' and the shared expert's weights.
+    #[config(default = 0.02)]
+    pub init_std: f64,
 }
 
 /// A SwiGLU MLP of `Linear`s (the shared expert).
@@ -83,6 +86,7 @@ impl MoeLayerConfig {
             .with_score_function(self.score_function)
             .with_aux_loss_coeff(self.aux_loss_coeff)
             .with_z_loss_coeff(self.z_loss_coeff)
+            .with_init_std(self.init_std)
             .init(device);
         let experts = SwigluExpertsConfig::new(
             self.num_experts,
@@ -91,16 +95,19 @@ impl MoeLayerConfig {
         )
         .with_name(format!("{}.experts", self.name))
         .with_fp8_scales(self.expert_fp8_scales)
+        .with_init_std(self.init_std)
         .init(recipe, device)?;
         let shared = match self.shared_expert_ffn {
             Some(f) => Some(SwigluMlp {
                 fc1: LinearConfig::new(self.hidden_size, 2 * f)
                     .with_bias(false)
                     .with_name(format!("{}.shared.fc1", self.name))
+                    .with_init_std(self.init_std)
                     .init(recipe, device)?,
                 fc2: LinearConfig::new(f, self.hidden_size)
                     .with_bias(false)
                     .with_name(format!("{}.shared.fc2", self.name))
+                    .with_init_std(self.init_std)
                     .init(recipe, device)?,
             }),
             None => None,

@@ -203,6 +203,7 @@ impl MoeLmConfig {
                         .with_z_loss_coeff(self.z_loss_coeff)
                         .with_shared_expert_ffn(self.shared_expert_ffn)
                         .with_expert_fp8_scales(self.expert_fp8_scales)
+                        .with_init_std(self.init_std)
                         .with_name(format!("layers.{i}.moe"))
                         .init(recipe, device)?,
                 })
