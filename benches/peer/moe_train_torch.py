@@ -1,4 +1,4 @@
-"""PyTorch peer of `examples/moe_train.rs`: the same MoE language model (byte tokens, RMSNorm,
+"""PyTorch peer of `examples/moe_train/`: the same MoE language model (byte tokens, RMSNorm,
 RoPE attention with bias-free QKV/output projections, softmax top-k router in f32 with the
 Switch load-balancing loss, SwiGLU experts by `torch._grouped_mm`, untied head), the same AdamW
 settings, warm-up + cosine schedule and run config file, in BF16 (weights and activations, f32
