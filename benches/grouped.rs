@@ -4,7 +4,7 @@
 //!
 //! `cargo bench --features cuda --bench grouped`:
 //! * `grouped_gemm`: fprop `Y_g = X_g·W_gᵀ`, dgrad `dX_g = dY_g·W_g` and wgrad `dW_g = dY_gᵀ·X_g`
-//!   on pre-quantized operands (BF16 output) for the MoE shapes (E, T, K, N) of issue 9, balanced
+//!   on pre-quantized operands (BF16 output) for three MoE shapes (E, T, K, N), balanced
 //!   and skewed splits (lognormal sizes, some experts empty), BF16, FP8 per-tensor (E4M3 both
 //!   sides, as `torch._scaled_grouped_mm`; `fp8_tensor_shared`: one scale shared by the experts,
 //!   applied by cuBLASLt, no per-expert pass) and FP8 block (1x128 activations x 128x128 weights).
@@ -29,7 +29,7 @@
 //!   the packed rows through the layout's row map).
 //! Timing as `benches/gemm.rs` (best of three runs, GPU time between timing events); with
 //! `LOWP_BENCH_TURNS=1` each run waits for its PyTorch peer's run of the same case
-//! (`benches/peer/turns.py` drives both: `timing::time_in_turns`).
+//! (`benches/turns.py` drives both: `timing::time_in_turns`).
 //! `LOWP_BENCH_FILTER=text` keeps only the cases whose name contains `text`.
 
 #[path = "common/cases.rs"]

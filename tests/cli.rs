@@ -12,7 +12,7 @@ use burn_lowp::tensor_file::{TensorFile, TensorWriter};
 use common::{compare_e2m1_neighbours, crop_zero_padded, goldens, goldens_path};
 use serde_json::Value;
 
-/// The `lowp` binary: `LOWP_BIN` where the tests run away from the build tree (the GPU bundle),
+/// The `lowp` binary: `LOWP_BIN` where the tests run away from the build tree (copied to a GPU machine),
 /// else the one cargo built.
 fn lowp(args: &[&str]) -> Output {
     let bin = std::env::var("LOWP_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lowp").to_string());

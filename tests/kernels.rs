@@ -3,8 +3,8 @@
 //! `wgpu` feature, CUDA with the `cuda` feature. One suite, instantiated per backend.
 //!
 //! Without a Vulkan adapter the wgpu tests say so and pass, unless `LOWP_REQUIRE_WGPU=1` (which
-//! `.ci/run` sets); likewise CUDA with `LOWP_REQUIRE_CUDA=1` (the GPU bundle sets
-//! `LOWP_TEST_DEVICE=cuda`, which implies it).
+//! `.ci/run` sets); likewise CUDA with `LOWP_REQUIRE_CUDA=1`
+//! (`LOWP_TEST_DEVICE=cuda`, as `tests/run_cuda_tests.sh` sets, implies it).
 
 mod common;
 

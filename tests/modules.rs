@@ -1,5 +1,5 @@
 //! Quantized GEMMs and the Linear / LayerNormLinear modules, written once (`modules/suite.rs`) and
-//! run on NdArray (the reference backend, CI) and CUDA (cuBLASLt, the GPU bundle): GEMMs against
+//! run on NdArray (the reference backend, CI) and CUDA (cuBLASLt, on a GPU machine): GEMMs against
 //! an f64 reference, identity recipes against plain Burn, gradients against a high-precision
 //! reference, a small MLP trained under every recipe file, the weight cache. CUDA adds the check
 //! that cuBLASLt is ordered against CubeCL's stream without host synchronization.

@@ -3,14 +3,14 @@
 # test ("rc=0" passed) and a count. NVRTC compiles a test's kernels on the CPU, one kernel at a
 # time per process, so one process for a whole suite spends most of its time compiling (the
 # kernel suite did not finish in 430 s on the GPU machine); 12 processes on its 16 cores run the
-# 84 tests of the kernel and module suites in about 150 s (H100, stop 45).
+# 84 tests of the kernel and module suites in about 150 s (H100, 2026-11-27).
 #
 #   tests/run_cuda_tests.sh [-j JOBS] [-o LOG_DIR] BINARY...
 #
-# BINARY: test binaries built with `--features cuda` (e.g. the gpu-bundle's bin/test-kernels,
-# bin/test-modules) and run with LOWP_TEST_DEVICE=cuda (unless set otherwise), so that a missing
-# GPU fails instead of skipping. The slowest-compiling tests start first. Exit status: 0 when
-# every test passed.
+# BINARY: test binaries built with `--features cuda` (`cargo test --features cuda --no-run` prints
+# their paths: the kernels and modules binaries under target/*/deps/) and run with
+# LOWP_TEST_DEVICE=cuda (unless set otherwise), so that a missing GPU fails instead of skipping.
+# The slowest-compiling tests start first. Exit status: 0 when every test passed.
 set -u
 export LOWP_TEST_DEVICE=${LOWP_TEST_DEVICE:-cuda}
 jobs=12

@@ -21,7 +21,7 @@ pub fn profile_steps() -> Option<usize> {
 }
 
 /// A recipe file from this repository's `recipes/`, or `./recipes` where the bench runs from a
-/// copy of the repository root (the GPU bundle).
+/// copy of the repository root (bench binaries copied to a GPU machine with `recipes/`).
 pub fn recipe(name: &str) -> Recipe {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("recipes");
     let dir = if dir.is_dir() { dir } else { "recipes".into() };

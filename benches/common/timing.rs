@@ -5,7 +5,7 @@
 //! Why events: the wall clock also counts what a run costs once, whatever its length: the first
 //! call after a synchronization waits for CubeCL's device thread to wake (about 170 µs before
 //! the first launch, CUPTI trace of the quantize bench on an H100,
-//! `benches/results/trace-h100/`), and the synchronization's own return. Over 20 calls of a
+//! docs/measurements/2026-11-26-cupti-traces-h100.md), and the synchronization's own return. Over 20 calls of a
 //! 135 µs cast that alone read as 9 µs more per call than the GPU spent. Events count from the
 //! point of the stream the first call follows to the point after the last, idle time between
 //! the calls included: a call that the CPU cannot enqueue fast enough still shows.
@@ -113,7 +113,7 @@ fn timed_run(client: &ComputeClient<CudaRuntime>, iterations: usize, f: &mut dyn
 /// (`benches/turns.py` starts the bench that way): before each timed run the peer times one run
 /// of the same case, so the two sides alternate run by run in the same power and thermal state
 /// of the GPU. A first run on each side heats the GPU and is not counted. (Measured on an H100,
-/// `benches/results/turns-h100/`: BF16 GEMMs back to back pull the SM clock from 1980 down to
+/// docs/measurements/2026-11-26-turns-h100-h200.md: BF16 GEMMs back to back pull the SM clock from 1980 down to
 /// 1380-1500 MHz at the power limit within a second, and one grouped GEMM moved by up to 25 %
 /// between rounds of one process; a process timed after another meets a hotter GPU, and the
 /// first run after a pause a cooler one.) Without the variable it is [`time`].

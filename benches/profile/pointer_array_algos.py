@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """What a cuBLASLt pointer-array grouped GEMM's speed depends on, on this machine's GPU.
 
-The grouped GEMM of burn-lowp (`backend/cuda_grouped.rs`) runs the experts as one cuBLASLt
+The grouped GEMM of burn-lowp (`backend::cuda`'s grouped GEMM) runs the experts as one cuBLASLt
 POINTER_ARRAY batch of 128-row chunks. This probe builds the same batch with PyTorch tensors and
 ctypes (the cuBLASLt that PyTorch loaded) and times, for each descriptor variant, every algorithm
 cuBLASLt's heuristic proposes: with and without `CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET` = SMs - 1
-(what our descriptors set, see `reference/gemm-interop-measurements.md`), with a 32 MiB and a
+(what our descriptors set under the device-flag ordering, docs/gemm-paths.md), with a 32 MiB and a
 64 MiB workspace, on the exact batch (the chunks the splits fill) and on the bound
 ((T + 127 E) / 128 chunks). `torch._grouped_mm` on the same operands is the peer.
 

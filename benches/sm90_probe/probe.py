@@ -1,6 +1,6 @@
 """Probe of the sm90 grouped GEMM kernels (src/backend/sm90/grouped_gemm.cu) on the GPU machine,
 through `harness.cu` (ctypes) and PyTorch: correctness against an FP32 reference per expert, then
-TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on issue 9's MoE shapes.
+TFLOP/s in turns with torch._grouped_mm / torch._scaled_grouped_mm on benches/grouped.rs's MoE shapes.
 
   python3 probe.py LIB [--check] [--time] [--selected [--x2]] [--only KERNEL ...] [--bands 1,16]
                        [--shapes E,T,K,N ...]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use burn_lowp::tensor_file::TensorFile;
 use serde_json::Value;
 
-/// `LOWP_TEST_DATA` (set by the GPU bundle) or this repository's `tests/data`.
+/// `LOWP_TEST_DATA` (for test binaries run away from the repository) or its `tests/data`.
 pub fn data_dir() -> PathBuf {
     std::env::var_os("LOWP_TEST_DATA")
         .map(PathBuf::from)

@@ -173,7 +173,7 @@ pub fn check_grouped_per_expert_switch<B: LowpBackend>(device: &B::Device, exact
     assert!(switch_records(dir.path()).iter().all(|r| r.layer != "experts.gemm_1"));
     // Nothing above reads the backward's gradients, so launches may still be queued. Wait for
     // them: a process that exits while CubeCL's device thread compiles one of them crashes in
-    // NVRTC as exit unloads it (3 of 48 runs of this test alone on an H100, stop 45).
+    // NVRTC as exit unloads it (3 of 48 runs of this test alone on an H100, 2026-11-27).
     B::sync(device).unwrap();
 }
 
