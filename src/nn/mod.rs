@@ -1,6 +1,7 @@
 //! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `LayerNormMlp`,
-//! `GroupedLinear`.
+//! `GroupedLinear`; conversions from and to burn-nn's modules (`burn_nn`).
 
+pub mod burn_nn;
 pub mod fused;
 pub mod grouped_linear;
 pub mod layernorm_linear;
