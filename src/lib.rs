@@ -1,11 +1,10 @@
 //! burn-lowp: Transformer-Engine-class low-precision (FP8, MXFP8, NVFP4) training for Burn.
 //!
 //! * [`format`]: the reference quantizers, bit-exact with TE, that everything else is tested against.
-//! * [`tensor_file`]: reading and writing safetensors files for the `lowp` CLI.
-//! * [`cli`]: the `lowp quantize` / `lowp inspect` commands.
+//! * [`tensor_file`]: reading and writing safetensors files (checkpoints for the `lowp` CLI in
+//!   `cli/`, the golden vectors of the tests).
 
 pub mod backend;
-pub mod cli;
 pub mod debug;
 mod deferred;
 pub mod error;

@@ -8,7 +8,7 @@ use std::path::Path;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::error::LowpError;
+use burn_lowp::error::LowpError;
 
 /// The last `1 / HOLDOUT` of the text is held out for evaluation.
 const HOLDOUT: usize = 20;
@@ -109,10 +109,6 @@ impl Corpus {
 
     pub fn len(&self) -> usize {
         self.bytes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
     }
 
     /// Checks that both splits hold at least one window of `seq_len + 1` bytes.

@@ -7,10 +7,9 @@ use std::path::Path;
 use burn::config::Config;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use burn_lowp::error::LowpError;
+use burn_lowp::moe::MoeLmConfig;
 use serde_json::Value;
-
-use super::model::MoeLmConfig;
-use crate::error::LowpError;
 
 /// Optimisation and data settings.
 #[derive(Config, Debug)]

@@ -8,13 +8,43 @@
 //!
 //! The backend comes from the features: the CPU (NdArray) by default, CUDA with `--features cuda`
 //! (bf16 activations and weights, cuBLASLt GEMMs), wgpu with `--features wgpu`; `--backend`
-//! picks among those compiled in. Everything else lives in `burn_lowp::moe::command`.
+//! picks among those compiled in. The model is the library's (`burn_lowp::moe::MoeLm`); what
+//! trains it is here:
+//!
+//! * `args`: the command line; `command`: one recipe or `--compare` several, the chart and table;
+//! * `run_config`: the config file (`configs/*.json`); `data`: byte-level text and its batches;
+//! * `train`: the training loop under one recipe; `summary`: what a run measured;
+//! * `checkpoint`: save and resume; `plot`: loss curves; `host_profile`: `--host-profile`.
+
+mod args;
+mod checkpoint;
+mod command;
+mod data;
+mod host_profile;
+mod plot;
+mod run_config;
+mod summary;
+mod train;
+
+#[cfg(test)]
+mod tests;
+// The integration tests' helpers, which the tests above share: the recipe files (`suite::recipe`,
+// `suite::RECIPES`; `suite` reads them through `crate::common`, so both sit at the crate root).
+#[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+mod common;
+#[cfg(test)]
+#[allow(dead_code, unused_macros, unused_imports)]
+#[path = "../../tests/modules/suite.rs"]
+mod suite;
 
 use std::process::ExitCode;
 
 use burn::backend::Autodiff;
-use burn_lowp::moe::{run, MoeTrainArgs};
 use clap::Parser;
+
+use args::MoeTrainArgs;
+use command::run;
 
 fn main() -> ExitCode {
     let args = MoeTrainArgs::parse();
@@ -72,7 +102,9 @@ mod cuda {
     use burn::backend::Autodiff;
     use burn_cubecl::CubeBackend;
     use burn_lowp::error::LowpError;
-    use burn_lowp::moe::{run, MoeTrainArgs};
+
+    use crate::args::MoeTrainArgs;
+    use crate::command::run;
     use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
     use burn_lowp_kernels::cubecl::Runtime;
 
@@ -95,7 +127,9 @@ mod wgpu {
     use burn::backend::Autodiff;
     use burn_cubecl::CubeBackend;
     use burn_lowp::error::LowpError;
-    use burn_lowp::moe::{run, MoeTrainArgs};
+
+    use crate::args::MoeTrainArgs;
+    use crate::command::run;
     use burn_lowp_kernels::cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
     type Backend = Autodiff<CubeBackend<WgpuRuntime, f32, i32, u32>>;

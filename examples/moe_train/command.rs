@@ -1,89 +1,22 @@
-//! The `moe_train` command (`examples/moe_train.rs` is its `main`): one recipe, or `--compare`
-//! several under the same seed and data, with the loss-curve chart and a results table.
+//! The `moe_train` command (`main.rs` picks the backend and calls [`run`]): one recipe, or
+//! `--compare` several under the same seed and data, with the loss-curve chart and a results
+//! table.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::tensor::backend::AutodiffBackend;
-use clap::Parser;
+use burn_lowp::backend::{load_gemm_tuning, save_gemm_tuning, LowpBackend};
+use burn_lowp::debug::{DebugConfig, DebugSummary};
+use burn_lowp::error::LowpError;
+use burn_lowp::ops::LowpLinear;
+use burn_lowp::recipe::Recipe;
 
-use super::data::Corpus;
-use super::plot::{loss_curves, smooth, Curve};
-use super::run_config::RunConfig;
-use super::train::{train, RunSummary, TrainRun};
-use crate::debug::{DebugConfig, DebugSummary};
-use crate::error::LowpError;
-use crate::backend::{load_gemm_tuning, save_gemm_tuning, LowpBackend};
-use crate::ops::LowpLinear;
-use crate::recipe::Recipe;
-
-#[derive(Parser, Debug, Clone)]
-#[command(
-    name = "moe_train",
-    about = "Train a mixture-of-experts language model with burn-lowp under a low-precision recipe"
-)]
-pub struct MoeTrainArgs {
-    /// Recipe file (recipes/*.json). Default: bf16.
-    #[arg(long)]
-    pub recipe: Option<PathBuf>,
-    /// Train the same seed and data under each of these recipes and compare them.
-    #[arg(long, num_args = 1.., conflicts_with_all = ["recipe", "resume"])]
-    pub compare: Vec<PathBuf>,
-    /// Run config with "model" and "train" sections (configs/*.json). Default: a tiny model.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// UTF-8 text to train on (byte tokens). Default: a built-in deterministic corpus.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Overrides train.steps of the config.
-    #[arg(long)]
-    pub steps: Option<usize>,
-    /// Continue from a checkpoint directory (`<out>/<recipe>/checkpoint`).
-    #[arg(long)]
-    pub resume: Option<PathBuf>,
-    /// Where metrics, checkpoints, the chart and the results go.
-    #[arg(long, default_value = "runs/moe_train")]
-    pub out: PathBuf,
-    /// Backend: cpu, wgpu or cuda (those compiled in); default: cuda, then wgpu, then cpu.
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// No progress bar (logs and CI).
-    #[arg(long)]
-    pub quiet: bool,
-    /// Debug config (JSON; `burn_lowp::debug::config`): tensor statistics and AutoswitchGemm,
-    /// logged to `<out>/<recipe>/debug/`, with a switch summary at the end of each run.
-    #[arg(long, conflicts_with = "report")]
-    pub debug_config: Option<PathBuf>,
-    /// Write no checkpoint (benchmark runs: a checkpoint holds the weights and both AdamW
-    /// moments in f32, 22 GB for configs/moe-1.9b.json).
-    #[arg(long, conflicts_with = "report")]
-    pub no_checkpoint: bool,
-    /// Diagnostic: wait for the device after every step and record how long the host spent
-    /// enqueueing the step and how long it then waited for the GPU (`summary.json`): a wait near
-    /// zero means the step is bound by the host, not the GPU. Slows training a little.
-    #[arg(long, conflicts_with = "report")]
-    pub sync_every_step: bool,
-    /// Diagnostic: sample the host's CPU time (every thread) over the steps after the first 5 and
-    /// write `flamegraph.svg` and `summary.txt` to `<this dir>/<recipe>/`. Needs a build with
-    /// `--features host-profile`.
-    #[arg(long, conflicts_with = "report")]
-    pub host_profile: Option<PathBuf>,
-    /// GEMM algorithm choices (`burn_lowp::backend::gemm_tuning`): loaded before training if the
-    /// file exists, written after it (every choice of the process). Runs with the same file on the
-    /// same GPU and cuBLASLt version repeat bit for bit; without one, each run times the
-    /// candidates again and may keep others. Each run also writes its choices to
-    /// `<out>/<recipe>/gemm-tuning.json`, and checkpoints keep them for `--resume`.
-    #[arg(long, conflicts_with = "report")]
-    pub gemm_tuning: Option<PathBuf>,
-    /// Train nothing: draw the chart and write the table from the runs already in --out (each
-    /// `<out>/<recipe>/summary.json`), e.g. recipes trained by separate invocations.
-    #[arg(long, conflicts_with_all = ["recipe", "compare", "resume", "steps"])]
-    pub report: bool,
-    /// Train nothing: build the model under each recipe and list the quantizer every slot of
-    /// every module gets (one line per distinct assignment), as each run prints at its start.
-    #[arg(long, conflicts_with_all = ["report", "resume"])]
-    pub explain_recipe: bool,
-}
+use crate::args::MoeTrainArgs;
+use crate::data::Corpus;
+use crate::plot::{loss_curves, smooth, Curve};
+use crate::run_config::RunConfig;
+use crate::summary::{read_summaries, results_table, RunSummary};
+use crate::train::{train, TrainRun};
 
 /// Bytes of the built-in corpus.
 const BUILT_IN_CORPUS: usize = 4 << 20;
@@ -92,46 +25,6 @@ fn label(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
-}
-
-/// The results table as Markdown: one row per run; speed-up and loss gap against the first run
-/// (or the run labelled `bf16` when there is one).
-pub fn results_table(runs: &[RunSummary]) -> String {
-    let base = runs.iter().find(|r| r.label == "bf16").or(runs.first());
-    let mut out = String::from(
-        "| recipe | final loss | vs base | held-out loss | vs base | tokens/s | speed-up | ms/step | split reads/step (blocking) | peak pool memory |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in runs {
-        let (gap, eval_gap, speed) = match base {
-            Some(b) => (
-                100.0 * (r.final_loss / b.final_loss - 1.0),
-                100.0 * (r.eval_loss / b.eval_loss - 1.0),
-                r.tokens_per_s / b.tokens_per_s,
-            ),
-            None => (0.0, 0.0, 1.0),
-        };
-        let memory = r
-            .peak_memory_bytes
-            .map(|b| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64))
-            .unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            out,
-            "| {} | {:.4} | {:+.2} % | {:.4} | {:+.2} % | {:.0} | {:.2}x | {:.1} | {:.2} ({:.2}) | {} |",
-            r.label,
-            r.final_loss,
-            gap,
-            r.eval_loss,
-            eval_gap,
-            r.tokens_per_s,
-            speed,
-            r.step_ms,
-            r.split_reads_per_step,
-            r.blocking_split_reads_per_step,
-            memory
-        );
-    }
-    out
 }
 
 /// Runs the command on backend `B`; returns every run's summary (also written to
@@ -178,7 +71,7 @@ where
     }
     if args.explain_recipe {
         for (name, recipe) in &recipes {
-            let model: crate::moe::MoeLm<B> = config.model.init(recipe, device)?;
+            let model: burn_lowp::moe::MoeLm<B> = config.model.init(recipe, device)?;
             print!("{name}: {}", model.recipe_audit(recipe)?.listing());
         }
         return Ok(Vec::new());
@@ -269,27 +162,6 @@ where
         println!("GEMM tuning: {count} algorithm choices written to {}", path.display());
     }
     write_report(&args.out, &summaries)?;
-    Ok(summaries)
-}
-
-/// The summaries of the runs under `out` (`<out>/<label>/summary.json`), bf16 first, then by name.
-pub fn read_summaries(out: &Path) -> Result<Vec<RunSummary>, LowpError> {
-    let entries = std::fs::read_dir(out).map_err(|e| LowpError::file(out, e))?;
-    let mut summaries = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| LowpError::file(out, e))?.path().join("summary.json");
-        if !path.is_file() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| LowpError::file(&path, e))?;
-        let summary: RunSummary =
-            serde_json::from_str(&text).map_err(|e| LowpError::file(&path, format!("not a run summary: {e}")))?;
-        summaries.push(summary);
-    }
-    if summaries.is_empty() {
-        return Err(LowpError::file(out, "holds no runs (<out>/<recipe>/summary.json); train some first"));
-    }
-    summaries.sort_by(|a: &RunSummary, b: &RunSummary| (a.label != "bf16", &a.label).cmp(&(b.label != "bf16", &b.label)));
     Ok(summaries)
 }
 

@@ -7,7 +7,7 @@ use std::sync::Once;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use crate::error::LowpError;
+use burn_lowp::error::LowpError;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
 

@@ -1,6 +1,8 @@
 //! The `lowp` binary: every golden case reproduced through the command line (compact and swizzled
 //! scales), and bad input answered with one clear line and a non-zero exit, never a panic.
 
+// The library's test helpers (golden vectors, E2M1 comparisons), shared with its own suites.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

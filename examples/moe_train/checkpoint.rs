@@ -13,10 +13,9 @@ use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
+use burn_lowp::error::LowpError;
+use burn_lowp::moe::MoeLm;
 use serde::{Deserialize, Serialize};
-
-use super::model::MoeLm;
-use crate::error::LowpError;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CheckpointState {
@@ -39,7 +38,7 @@ pub const TUNING_FILE: &str = "gemm-tuning.json";
 pub fn load_tuning(dir: &Path) -> Result<(), LowpError> {
     let path = dir.join(TUNING_FILE);
     if path.is_file() {
-        crate::backend::load_gemm_tuning(&path)?;
+        burn_lowp::backend::load_gemm_tuning(&path)?;
     }
     Ok(())
 }
@@ -66,7 +65,7 @@ where
     let json = serde_json::to_string_pretty(state).expect("checkpoint state serializes");
     std::fs::write(staging.join("state.json"), json).map_err(|e| LowpError::file(staging.join("state.json"), e))?;
     // The GEMM algorithms the run uses, so that the resumed run sums as this one does.
-    crate::backend::save_gemm_tuning(staging.join(TUNING_FILE))?;
+    burn_lowp::backend::save_gemm_tuning(staging.join(TUNING_FILE))?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&staging, dir).map_err(|e| LowpError::file(dir, e))
 }

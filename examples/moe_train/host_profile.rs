@@ -15,9 +15,12 @@
 //! (`backend::gemm_profile`). Built with `--features host-profile`; without it, `--host-profile`
 //! is an error, not a silent no-op.
 
+// Without the feature, the report's pieces (`summary`, `gemm_phases`) serve only their tests.
+#![cfg_attr(not(feature = "host-profile"), allow(dead_code))]
+
 use std::path::{Path, PathBuf};
 
-use crate::error::LowpError;
+use burn_lowp::error::LowpError;
 
 /// Steps left out at the start of a run before sampling begins.
 pub const HOST_PROFILE_SKIP_STEPS: usize = 5;
@@ -60,7 +63,7 @@ impl HostProfile {
                 .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the sampler did not start: {e}")))?;
             let sampler = wall::WallSampler::start(WALL_HZ)
                 .map_err(|e| LowpError::invalid("--host-profile", dir.display(), format!("the wall-clock sampler did not start: {e}")))?;
-            crate::backend::set_gemm_profiling(true);
+            burn_lowp::backend::set_gemm_profiling(true);
             Ok(Self {
                 dir: dir.to_path_buf(),
                 guard,
@@ -103,8 +106,8 @@ impl HostProfile {
                 })
                 .collect();
             let mut text = summary(&stacks, steps, WALL_HZ as f64);
-            text.push_str(&gemm_phases(&crate::backend::gemm_profile(), steps));
-            crate::backend::set_gemm_profiling(false);
+            text.push_str(&gemm_phases(&burn_lowp::backend::gemm_profile(), steps));
+            burn_lowp::backend::set_gemm_profiling(false);
             let path = self.dir.join("summary.txt");
             std::fs::write(&path, text).map_err(|e| LowpError::file(&path, e))?;
         }
@@ -198,7 +201,7 @@ pub fn summary(stacks: &[Stack], steps: usize, frequency: f64) -> String {
 }
 
 /// The GEMM calls' wall-clock phases: occurrences per step, mean microseconds, ms per step.
-pub fn gemm_phases(phases: &[(crate::backend::GemmPhase, f64, u64)], steps: usize) -> String {
+pub fn gemm_phases(phases: &[(burn_lowp::backend::GemmPhase, f64, u64)], steps: usize) -> String {
     use std::fmt::Write as _;
     let steps = steps.max(1) as f64;
     let mut out = String::from("\n## cuBLASLt GEMM calls, wall clock (per step: calls, mean us, ms)\n");
@@ -312,7 +315,7 @@ mod tests {
 
     #[test]
     fn gemm_phases_are_per_step() {
-        use crate::backend::GemmPhase;
+        use burn_lowp::backend::GemmPhase;
         let text = gemm_phases(&[(GemmPhase::ToDeviceThread, 250.0, 400)], 4);
         // 100 calls per step of 250 us: 25 ms per step.
         assert!(text.contains("    to_device_thread    100.0     250.0     25.00"), "{text}");

@@ -1,10 +1,20 @@
-//! `lowp`: quantize and inspect safetensors checkpoints. See `burn_lowp::cli`.
+//! `lowp`: quantize and inspect safetensors checkpoints with burn-lowp's reference quantizers
+//! (`lowp quantize`, `lowp inspect`), and summarise a run's debug logs (`lowp debug-summary`).
 
-use clap::Parser;
+mod args;
+mod inspect;
+mod quantize;
+
 use std::process::ExitCode;
 
+use burn_lowp::debug::summary::DebugSummary;
+use burn_lowp::error::Result;
+use clap::Parser;
+
+use args::{Cli, Command};
+
 fn main() -> ExitCode {
-    let cli = match burn_lowp::cli::Cli::try_parse() {
+    let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version.
@@ -23,7 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match burn_lowp::cli::run(&cli) {
+    match run(&cli) {
         Ok(output) => {
             print!("{output}");
             if !output.ends_with('\n') {
@@ -35,5 +45,14 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs a parsed command line; `main` prints the result or the error.
+fn run(cli: &Cli) -> Result<String> {
+    match &cli.command {
+        Command::Quantize(args) => quantize::run_quantize(args),
+        Command::Inspect(args) => inspect::run_inspect(args),
+        Command::DebugSummary(args) => Ok(DebugSummary::read(&args.dir)?.to_markdown()),
     }
 }
