@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use burn_lowp::tensor_file::TensorFile;
 use serde_json::Value;
 
-/// `LOWP_TEST_DATA` (for test binaries run away from the repository) or this repository's `tests/data`: the package's own,
-/// or for a package below the repository root (the `lowp` CLI in `cli/`) the root's.
+/// `LOWP_TEST_DATA` (for test binaries run away from the repository) or this repository's
+/// `tests/data`: the package's own, or for a package below the root (`cli/`) the root's.
 pub fn data_dir() -> PathBuf {
     std::env::var_os("LOWP_TEST_DATA").map(PathBuf::from).unwrap_or_else(|| {
         let package = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
