@@ -4,36 +4,36 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::amax::{
+use crate::cast::amax::{
     amax_kernel, amax_rht_kernel, group_amax_kernel, AMAX_UNITS, GROUP_AMAX_COLS, GROUP_AMAX_ROWS,
 };
-use crate::buffers::{copy_kernel, copy_words_kernel, fill_kernel};
-use crate::codec::{ElemKind, Fp8Encoder, Fp8Kind};
-use crate::dequantize::{
+use crate::util::buffers::{copy_kernel, copy_words_kernel, fill_kernel};
+use crate::cast::codec::{ElemKind, Fp8Encoder, Fp8Kind};
+use crate::cast::dequantize::{
     dequantize_fp8_grouped_kernel, dequantize_fp8_kernel, dequantize_mxfp8_kernel,
     dequantize_nvfp4_kernel,
 };
-use crate::flags;
-use crate::activation::{activation_amax, ActivationConfig, ActivationParams};
-use crate::norm::WordMatrix;
-use crate::fp8::{
+use crate::cast::flags;
+use crate::norm_act::activation::{activation_amax, ActivationConfig, ActivationParams};
+use crate::norm_act::norm::WordMatrix;
+use crate::cast::fp8::{
     fp8_cast_kernel, fp8_cast_transposed_kernel, Fp8CastConfig, Fp8Prologue, FP8_TILE_COLS, FP8_TILE_ROWS,
     FP8_TRANSPOSED_UNITS, FP8_UNITS,
 };
-use crate::fp8_block::{
+use crate::cast::fp8_block::{
     fp8_block_kernel, fp8_block_transposed_kernel, Fp8BlockKernelConfig, BLOCK_TILE, BLOCK_UNITS,
     TRANSPOSED_UNITS,
 };
-use crate::mxfp8::{
+use crate::cast::mxfp8::{
     mxfp8_kernel, mxfp8_rowwise_kernel, mxfp8_strip_kernel, Mxfp8Config, MX_STRIP_TILE_COLS,
     MX_STRIP_UNITS, MX_TILE_COLS, MX_TILE_ROWS, MX_UNITS,
 };
-use crate::nvfp4::{
+use crate::cast::nvfp4::{
     nvfp4_kernel, nvfp4_rowwise_kernel, nvfp4_strip_kernel, Nvfp4KernelConfig,
     NV_ROWWISE_ELEMENTS, NV_STRIP_TILE_COLS, NV_STRIP_TILE_ROWS, NV_STRIP_UNITS, NV_TILE, NV_UNITS,
 };
-use crate::scale::ScaleRule;
-use crate::swizzle::{swizzle_kernel, unswizzle_kernel};
+use crate::cast::scale::ScaleRule;
+use crate::cast::swizzle::{swizzle_kernel, unswizzle_kernel};
 
 /// Inputs are read as vectors of 4 words (16 bytes).
 const INPUT_VECTOR: usize = 4;
@@ -297,7 +297,7 @@ const ARENA_WORDS: usize = 1024;
 /// amaxes' accumulators) are slots of an arena zeroed by one launch for many of them.
 pub fn filled<R: Runtime>(client: &ComputeClient<R>, words: usize, value: u32) -> Handle {
     if value == 0 && words <= ARENA_WORDS {
-        return crate::zeroed::zeroed_words(client, words);
+        return crate::util::zeroed::zeroed_words(client, words);
     }
     let handle = client.empty(words.max(1) * 4);
     fill(client, &handle, words.max(1), value);
@@ -1519,7 +1519,7 @@ pub fn spread_words<R: Runtime>(
     let out = client.empty(words.max(1) * 4);
     let units = 256usize;
     unsafe {
-        crate::buffers::spread_words_kernel::launch_unchecked::<R>(
+        crate::util::buffers::spread_words_kernel::launch_unchecked::<R>(
             client,
             linear_cubes(client, ceil_div(words.max(1), units)),
             CubeDim::new_1d(units as u32),
@@ -1535,11 +1535,11 @@ pub fn spread_words<R: Runtime>(
 /// this client's stream has run (see `stream_flags`).
 pub fn signal_flag<R: Runtime>(client: &ComputeClient<R>, flags: &Handle, value: u32) {
     unsafe {
-        crate::stream_flags::signal_kernel::launch_unchecked::<R>(
+        crate::util::stream_flags::signal_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
-            arg(flags, crate::stream_flags::FLAG_WORDS),
+            arg(flags, crate::util::stream_flags::FLAG_WORDS),
             value,
         )
     };
@@ -1554,11 +1554,11 @@ pub fn wait_flag<R: Runtime>(
     max_polls: u32,
 ) {
     unsafe {
-        crate::stream_flags::wait_kernel::launch_unchecked::<R>(
+        crate::util::stream_flags::wait_kernel::launch_unchecked::<R>(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
-            arg(flags, crate::stream_flags::FLAG_WORDS),
+            arg(flags, crate::util::stream_flags::FLAG_WORDS),
             value,
             max_polls,
         )

@@ -17,45 +17,24 @@
 //! Constants are float literals, never bit patterns passed through `f32::reinterpret`: CubeCL's
 //! CUDA backend cannot bitcast a constant (it emits a `reinterpret_cast` of an rvalue).
 
-pub mod activation;
-pub mod adamw;
-pub mod amax;
-pub mod buffers;
-pub mod codec;
-pub mod dbias_amax;
-pub mod delayed_scaling;
-pub mod dequantize;
-pub mod flags;
-pub mod fp8;
-pub mod fp8_block;
-pub mod gemm_block_scales;
-pub mod group_dbias_amax;
-pub mod group_epilogue;
-pub mod group_layout;
-pub mod hadamard;
-pub mod heads;
+pub mod attention;
+pub mod cast;
+pub mod grouped;
 pub mod launch;
-pub mod mxfp8;
-pub mod norm;
-pub mod nvfp4;
-pub mod pairs;
-pub mod partial_sums;
-pub mod random;
-pub mod reduce;
-pub mod row_gather;
-pub mod rope;
-pub mod row_scale;
-pub mod scale;
-#[cfg(test)]
-mod sliced_pool;
-pub mod softmax;
+pub mod norm_act;
+pub mod optim;
+pub mod routing;
 pub mod stats;
-pub mod stream_flags;
-pub mod sum_squares;
-pub mod swizzle;
-pub mod token_routing;
-pub mod zeroed;
+pub mod util;
 
-pub use codec::{ElemKind, Fp8Kind};
+pub use cast::codec::{ElemKind, Fp8Kind};
 pub use cubecl;
 pub use launch::*;
+
+pub use attention::{heads, rope, softmax};
+pub use cast::{amax, codec, delayed_scaling, dequantize, flags, fp8, fp8_block, gemm_block_scales, hadamard, mxfp8, nvfp4, random, scale, swizzle};
+pub use grouped::{group_dbias_amax, group_epilogue, group_layout, row_gather, row_scale};
+pub use norm_act::{activation, dbias_amax, norm};
+pub use optim::{adamw, sum_squares};
+pub use routing::token_routing;
+pub use util::{buffers, pairs, partial_sums, reduce, stream_flags, zeroed};

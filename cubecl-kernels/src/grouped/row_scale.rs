@@ -13,10 +13,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::ElemKind;
-use crate::group_layout::find_group;
+use crate::cast::codec::ElemKind;
+use crate::grouped::group_layout::find_group;
 use crate::launch::RowGroups;
-use crate::pairs::{load_pair, store_pair};
+use crate::util::pairs::{load_pair, store_pair};
 
 /// Units per cube: one cube scales one row, its units striding over the row's element pairs (one
 /// 32-bit word of bf16, two of f32), so that a warp's loads and stores are contiguous. A first

@@ -11,11 +11,11 @@
 //! 33.2 -> 26.8 µs at 4096x4096, NVFP4 rowwise 229.2 -> 223.5 / 35.2 -> 33.0 µs; casts writing
 //! both directions gained 0-1 % at the large size (`benches/results/trace-h100/call2`).
 
-use crate::codec::{abs_bits_for_amax, load_chunk, ElemKind};
-use crate::pairs::load_pair;
-use crate::group_layout::find_group;
-use crate::hadamard::rht16;
-use crate::reduce::cube_max_into;
+use crate::cast::codec::{abs_bits_for_amax, load_chunk, ElemKind};
+use crate::util::pairs::load_pair;
+use crate::grouped::group_layout::find_group;
+use crate::cast::hadamard::rht16;
+use crate::util::reduce::cube_max_into;
 use cubecl::prelude::*;
 
 /// Units per cube of the amax kernels.

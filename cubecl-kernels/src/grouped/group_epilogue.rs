@@ -16,8 +16,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::ElemKind;
-use crate::pairs::{load_pair, round_to, store_pair};
+use crate::cast::codec::ElemKind;
+use crate::util::pairs::{load_pair, round_to, store_pair};
 
 /// Units per cube (one row per cube).
 const UNITS: usize = 256;
@@ -102,7 +102,7 @@ pub fn group_epilogue<R: Runtime>(
     client: &ComputeClient<R>,
     y: &Handle,
     group: &Handle,
-    index_kind: crate::row_gather::IndexKind,
+    index_kind: crate::grouped::row_gather::IndexKind,
     rows: usize,
     cols: usize,
     groups: usize,
@@ -176,8 +176,8 @@ pub fn group_epilogue<R: Runtime>(
         };
     }
     match index_kind {
-        crate::row_gather::IndexKind::I32 => launch!(i32),
-        crate::row_gather::IndexKind::I64 => launch!(i64),
+        crate::grouped::row_gather::IndexKind::I32 => launch!(i32),
+        crate::grouped::row_gather::IndexKind::I64 => launch!(i64),
     }
     out
 }

@@ -17,8 +17,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::ElemKind;
-use crate::pairs::{load_pair, store_pair};
+use crate::cast::codec::ElemKind;
+use crate::util::pairs::{load_pair, store_pair};
 
 const UNITS: usize = 256;
 

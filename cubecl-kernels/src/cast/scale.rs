@@ -1,7 +1,7 @@
 //! Per-tensor and per-block scale rules, in-kernel twins of `burn_lowp::format::scaling`,
 //! `fp8_tensor` and `nvfp4`.
 
-use crate::codec::{decode_fp8, encode_fp8, Fp8Kind};
+use crate::cast::codec::{decode_fp8, encode_fp8, Fp8Kind};
 use cubecl::prelude::*;
 
 /// Options of TE's `compute_scale_from_amax`, as comptime bit patterns.

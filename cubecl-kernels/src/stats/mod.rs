@@ -25,11 +25,11 @@
 //! the partials per group after the read without knowing the split sizes when it launches. Tiles
 //! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
-use crate::codec::{ElemKind, Fp8Kind};
-use crate::dequantize::fp8_grouped_element;
+use crate::cast::codec::{ElemKind, Fp8Kind};
+use crate::cast::dequantize::fp8_grouped_element;
 use crate::launch::{arg, Fp8Scales, RowGroups};
-use crate::pairs::load_pair;
-use crate::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
+use crate::util::pairs::load_pair;
+use crate::util::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
 use cubecl::prelude::*;
 
 /// Rows and columns of a tile; units per cube.

@@ -25,11 +25,11 @@
 //! counted and its assignment gets row `rows` (nothing reads or writes it), so a bad index can
 //! never send a kernel out of bounds.
 
-use crate::codec::ElemKind;
+use crate::cast::codec::ElemKind;
 use crate::launch::{linear_cubes, KernelError};
-use crate::norm::{arg, WordMatrix};
-use crate::pairs::{load_pair, store_pair};
-use crate::reduce::cube_sum;
+use crate::norm_act::norm::{arg, WordMatrix};
+use crate::util::pairs::{load_pair, store_pair};
+use crate::util::reduce::cube_sum;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

@@ -11,9 +11,9 @@
 //! where index 0 is the pair's first element's frequency entry and 1 its second's (Burn stores
 //! the same angle twice). The arithmetic is f32; the result is rounded to x's type once.
 
-use crate::codec::ElemKind;
-use crate::norm::WordMatrix;
-use crate::pairs::{load_pair, store_pair};
+use crate::cast::codec::ElemKind;
+use crate::norm_act::norm::WordMatrix;
+use crate::util::pairs::{load_pair, store_pair};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

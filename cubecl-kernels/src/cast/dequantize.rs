@@ -2,9 +2,9 @@
 //! (columnwise copies transposed back, NVFP4's RHT inverted). Block scales must be compact.
 //! Host reference: `HostQuantized::dequantize` in `burn_lowp::format`.
 
-use crate::codec::{decode_e2m1, decode_fp8, e8m0_to_f32, Fp8Kind};
-use crate::hadamard::inverse_rht16;
-use crate::scale::nvfp4_global_encode_scale;
+use crate::cast::codec::{decode_e2m1, decode_fp8, e8m0_to_f32, Fp8Kind};
+use crate::cast::hadamard::inverse_rht16;
+use crate::cast::scale::nvfp4_global_encode_scale;
 use cubecl::prelude::*;
 
 /// FP8 per-tensor or block-scaled codes. `storage_rows x storage_cols` is the code layout

@@ -13,12 +13,12 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::{ElemKind, Fp8Encoder};
+use crate::cast::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, KernelError};
-use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::{packed_amax, stored_word, vector_element, word_elements};
-use crate::partial_sums::column_partials_sum;
-use crate::reduce::cube_max_into;
+use crate::norm_act::norm::{arg, require_pairs, WordMatrix};
+use crate::util::pairs::{packed_amax, stored_word, vector_element, word_elements};
+use crate::util::partial_sums::column_partials_sum;
+use crate::util::reduce::cube_max_into;
 
 pub const ACT_UNITS: usize = 256;
 /// Rows per unit (and per block of the bias-gradient partials).

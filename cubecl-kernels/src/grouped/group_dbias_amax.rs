@@ -13,11 +13,11 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::dbias_amax::fold_four_rows;
-use crate::group_layout::find_group;
+use crate::norm_act::dbias_amax::fold_four_rows;
+use crate::grouped::group_layout::find_group;
 use crate::launch::{filled, gather_args, InputMatrix, KernelError, RowGather, RowGroups};
-use crate::pairs::load_pair;
-use crate::reduce::cube_max_into;
+use crate::util::pairs::load_pair;
+use crate::util::reduce::cube_max_into;
 
 pub const GROUP_DBIAS_UNITS: usize = 256;
 /// Aligned rows per block of partial sums (a divisor of the groups' 128-row alignment).
@@ -33,7 +33,7 @@ fn pair_at(
     col: usize,
     cols: usize,
     src_rows: usize,
-    #[comptime] kind: crate::codec::ElemKind,
+    #[comptime] kind: crate::cast::codec::ElemKind,
     #[comptime] gathered: bool,
 ) -> (f32, f32) {
     let mut a = 0.0f32;
@@ -64,7 +64,7 @@ pub fn group_dbias_amax_kernel(
     cols: usize,
     groups: usize,
     src_rows: usize,
-    #[comptime] kind: crate::codec::ElemKind,
+    #[comptime] kind: crate::cast::codec::ElemKind,
     #[comptime] gathered: bool,
     #[comptime] amax: bool,
 ) {

@@ -14,10 +14,10 @@
 //! One unit moves one element pair; rotated parts compute in f32 and round to the dtype once,
 //! the others are copied word for word.
 
-use crate::codec::ElemKind;
-use crate::norm::arg;
-use crate::pairs::{load_pair, store_pair};
-use crate::rope::rotate_pair;
+use crate::cast::codec::ElemKind;
+use crate::norm_act::norm::arg;
+use crate::util::pairs::{load_pair, store_pair};
+use crate::attention::rope::rotate_pair;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

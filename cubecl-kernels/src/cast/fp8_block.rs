@@ -12,10 +12,10 @@
 //! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
 //! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
 
-use crate::codec::{abs_bits_for_amax, encode_fp8_by, half_of_word, load_chunk, ElemKind, Fp8Encoder};
-use crate::flags::{COLUMNWISE, ROWWISE};
-use crate::group_layout::group_of_row;
-use crate::scale::{scale_from_amax, ScaleRule};
+use crate::cast::codec::{abs_bits_for_amax, encode_fp8_by, half_of_word, load_chunk, ElemKind, Fp8Encoder};
+use crate::cast::flags::{COLUMNWISE, ROWWISE};
+use crate::grouped::group_layout::group_of_row;
+use crate::cast::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
 
 pub const BLOCK_ROWS_PER_UNIT: usize = 4;

@@ -8,10 +8,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::ElemKind;
-use crate::norm::arg;
-use crate::pairs::load_pair;
-use crate::reduce::cube_sum;
+use crate::cast::codec::ElemKind;
+use crate::norm_act::norm::arg;
+use crate::util::pairs::load_pair;
+use crate::util::reduce::cube_sum;
 
 const UNITS: usize = 256;
 /// The most cubes of the first pass (each unit then takes several pairs).
@@ -80,5 +80,5 @@ pub fn sum_squares<R: Runtime>(client: &ComputeClient<R>, x: &Handle, n: usize, 
             kind,
         )
     };
-    crate::partial_sums::column_partials_sum(client, &partials, blocks, 1)
+    crate::util::partial_sums::column_partials_sum(client, &partials, blocks, 1)
 }

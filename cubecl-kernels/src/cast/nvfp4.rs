@@ -14,15 +14,15 @@
 //! The element work bounds NVFP4 on Hopper (no E2M1 conversion instruction): the two newer
 //! kernels take the branch-free `encode_e2m1_not_nan` and the two-instruction `nan_free_amax`.
 
-use crate::codec::{
+use crate::cast::codec::{
     abs_bits_for_amax, encode_e2m1, encode_e2m1_not_nan, half_of_word, load_chunk, ElemKind,
 };
-use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
-use crate::group_layout::group_of_row;
-use crate::hadamard::rht16;
-use crate::random::random_word;
-use crate::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_scale};
-use crate::swizzle::scale_index;
+use crate::cast::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
+use crate::grouped::group_layout::group_of_row;
+use crate::cast::hadamard::rht16;
+use crate::cast::random::random_word;
+use crate::cast::scale::{nvfp4_block_scale, nvfp4_element_scale, nvfp4_global_encode_scale};
+use crate::cast::swizzle::scale_index;
 use cubecl::prelude::*;
 
 /// A cube stages a 64 x 64 tile in shared memory.

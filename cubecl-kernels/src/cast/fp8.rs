@@ -20,12 +20,12 @@
 //! group takes one scale (the largest group amax's, or the smallest delayed scale), folded by
 //! every cube from the per-group sources in the same launch.
 
-use crate::activation::{act_value, gate_value, ActFn};
-use crate::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
-use crate::pairs::{round_to_by, vector_element};
-use crate::group_layout::group_of_row;
-use crate::reduce::{cube_max_f32, cube_max_into};
-use crate::scale::{scale_from_amax, ScaleRule};
+use crate::norm_act::activation::{act_value, gate_value, ActFn};
+use crate::cast::codec::{abs_bits_for_amax, encode_fp8_by, load_chunk, ElemKind, Fp8Encoder, Fp8Kind};
+use crate::util::pairs::{round_to_by, vector_element};
+use crate::grouped::group_layout::group_of_row;
+use crate::util::reduce::{cube_max_f32, cube_max_into};
+use crate::cast::scale::{scale_from_amax, ScaleRule};
 use cubecl::prelude::*;
 
 pub const FP8_ROWS_PER_UNIT: usize = 4;

@@ -11,12 +11,12 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::codec::abs_bits_for_amax;
+use crate::cast::codec::abs_bits_for_amax;
 use crate::launch::{filled, KernelError};
-use crate::norm::{arg, require_pairs, WordMatrix};
-use crate::pairs::load_pair;
-use crate::partial_sums::column_partials_sum;
-use crate::reduce::cube_max_into;
+use crate::norm_act::norm::{arg, require_pairs, WordMatrix};
+use crate::util::pairs::load_pair;
+use crate::util::partial_sums::column_partials_sum;
+use crate::util::reduce::cube_max_into;
 
 pub const DBIAS_UNITS: usize = 256;
 /// Rows per unit and per block of partial sums.
@@ -73,7 +73,7 @@ pub fn dbias_amax_kernel(
     partials: &mut Array<f32>,
     rows: usize,
     cols: usize,
-    #[comptime] kind: crate::codec::ElemKind,
+    #[comptime] kind: crate::cast::codec::ElemKind,
 ) {
     let mut maxima = SharedMemory::<u32>::new(DBIAS_UNITS);
     let col = 2 * (CUBE_POS_X as usize * DBIAS_UNITS + UNIT_POS as usize);

@@ -13,12 +13,12 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::activation::{chunk_elements, chunk_words};
-use crate::codec::{ElemKind, Fp8Encoder};
+use crate::norm_act::activation::{chunk_elements, chunk_words};
+use crate::cast::codec::{ElemKind, Fp8Encoder};
 use crate::launch::{filled, fp8_encoder, KernelError};
-use crate::pairs::{load_pair, packed_amax, stored_word, vector_element, word_elements};
-use crate::partial_sums::column_partials_sum;
-use crate::reduce::{cube_max_into, cube_sum, planes_of_32};
+use crate::util::pairs::{load_pair, packed_amax, stored_word, vector_element, word_elements};
+use crate::util::partial_sums::column_partials_sum;
+use crate::util::reduce::{cube_max_into, cube_sum, planes_of_32};
 
 /// Units per cube of the row kernels.
 pub const NORM_UNITS: usize = 256;

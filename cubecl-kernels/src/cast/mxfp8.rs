@@ -12,12 +12,12 @@
 //! Codes are written as u32 words in the `[M, K]` layout for both directions; scales as bytes,
 //! compact or GEMM-swizzled.
 
-use crate::codec::{
+use crate::cast::codec::{
     abs_bits_for_amax, e8m0_reciprocal, encode_fp8_by, float_to_e8m0, half_of_word, load_chunk,
     ElemKind, Fp8Encoder, Fp8Kind,
 };
-use crate::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
-use crate::swizzle::{scale_index, swizzled_offset};
+use crate::cast::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
+use crate::cast::swizzle::{scale_index, swizzled_offset};
 use cubecl::prelude::*;
 
 pub const MX_ROWS_PER_UNIT: usize = 4;

@@ -13,10 +13,10 @@
 //! arithmetic is f32 and the result is rounded to x's type once (Burn's decomposed version
 //! rounds after every op in x's type).
 
-use crate::codec::ElemKind;
-use crate::norm::WordMatrix;
-use crate::pairs::{load_pair, store_pair};
-use crate::reduce::{cube_max_f32, cube_sum};
+use crate::cast::codec::ElemKind;
+use crate::norm_act::norm::WordMatrix;
+use crate::util::pairs::{load_pair, store_pair};
+use crate::util::reduce::{cube_max_f32, cube_sum};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -181,7 +181,7 @@ pub fn causal_softmax_backward<R: Runtime>(
             cubecl::server::CubeCountSelection::new(client, p.rows as u32).cube_count(),
             CubeDim::new_1d(SOFTMAX_UNITS as u32),
             p.arg(),
-            crate::norm::arg(dp, p.words()),
+            crate::norm_act::norm::arg(dp, p.words()),
             ArrayArg::from_raw_parts(out.clone(), p.words()),
             p.rows,
             p.cols,

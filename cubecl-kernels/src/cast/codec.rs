@@ -2,7 +2,7 @@
 //! scales. Each function mirrors `burn_lowp::format::codec` step for step, with u32 arithmetic on
 //! the bit patterns, so that every runtime produces the reference's bytes.
 
-use crate::pairs::vector_element;
+use crate::util::pairs::vector_element;
 use cubecl::prelude::*;
 use cubecl::{e4m3, e5m2};
 

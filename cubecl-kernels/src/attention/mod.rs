@@ -1,0 +1,3 @@
+pub mod heads;
+pub mod rope;
+pub mod softmax;

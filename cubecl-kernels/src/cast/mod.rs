@@ -1,0 +1,14 @@
+pub mod amax;
+pub mod codec;
+pub mod delayed_scaling;
+pub mod dequantize;
+pub mod flags;
+pub mod fp8;
+pub mod fp8_block;
+pub mod gemm_block_scales;
+pub mod hadamard;
+pub mod mxfp8;
+pub mod nvfp4;
+pub mod random;
+pub mod scale;
+pub mod swizzle;

@@ -1,0 +1,5 @@
+pub mod group_dbias_amax;
+pub mod group_epilogue;
+pub mod group_layout;
+pub mod row_gather;
+pub mod row_scale;

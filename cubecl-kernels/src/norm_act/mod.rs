@@ -1,0 +1,3 @@
+pub mod activation;
+pub mod dbias_amax;
+pub mod norm;

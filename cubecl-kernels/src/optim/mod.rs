@@ -1,0 +1,2 @@
+pub mod adamw;
+pub mod sum_squares;
