@@ -14,10 +14,11 @@
 //! One unit moves one element pair; rotated parts compute in f32 and round to the dtype once,
 //! the others are copied word for word.
 
-use crate::cast::codec::ElemKind;
-use crate::norm_act::norm::arg;
-use crate::util::pairs::{load_pair, store_pair};
 use crate::attention::rope::rotate_pair;
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::pairs::{load_pair, store_pair};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
@@ -153,11 +154,11 @@ pub struct HeadLayout {
 }
 
 impl HeadLayout {
-    fn check(&self, freq_rows: Option<usize>) -> Result<(), crate::launch::KernelError> {
+    fn check(&self, freq_rows: Option<usize>) -> Result<(), KernelError> {
         let HeadLayout { batch, seq, heads, head, parts, rope_parts } = *self;
         let rope_ok = rope_parts == 0 || freq_rows.is_some_and(|rows| rows >= seq);
         if batch == 0 || seq == 0 || heads == 0 || head == 0 || head % 2 != 0 || !(1..=3).contains(&parts) || rope_parts > parts || !rope_ok {
-            return Err(crate::launch::KernelError {
+            return Err(KernelError {
                 value: format!(
                     "batch {batch}, seq {seq}, {heads} heads of {head}, {parts} parts ({rope_parts} rotated), frequencies for {freq_rows:?} positions"
                 ),
@@ -200,7 +201,7 @@ pub fn split_heads<R: Runtime>(
     kind: ElemKind,
     freq: Option<(&Handle, usize)>,
     layout: HeadLayout,
-) -> Result<Vec<Handle>, crate::launch::KernelError> {
+) -> Result<Vec<Handle>, KernelError> {
     layout.check(freq.map(|(_, rows)| rows))?;
     let part_words = layout.part_bytes(kind).div_ceil(4);
     let outs: Vec<Handle> = (0..layout.parts).map(|_| client.empty(part_words * 4)).collect();
@@ -240,10 +241,10 @@ pub fn merge_heads<R: Runtime>(
     kind: ElemKind,
     freq: Option<(&Handle, usize)>,
     layout: HeadLayout,
-) -> Result<Handle, crate::launch::KernelError> {
+) -> Result<Handle, KernelError> {
     layout.check(freq.map(|(_, rows)| rows))?;
     if parts.len() != layout.parts {
-        return Err(crate::launch::KernelError {
+        return Err(KernelError {
             value: format!("{} buffers for {} parts", parts.len(), layout.parts),
             rule: "one buffer per part".into(),
         });

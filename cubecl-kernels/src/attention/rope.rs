@@ -11,8 +11,9 @@
 //! where index 0 is the pair's first element's frequency entry and 1 its second's (Burn stores
 //! the same angle twice). The arithmetic is f32; the result is rounded to x's type once.
 
-use crate::cast::codec::ElemKind;
-use crate::norm_act::norm::WordMatrix;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::WordMatrix;
 use crate::util::pairs::{load_pair, store_pair};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -70,10 +71,10 @@ pub fn rope<R: Runtime>(
     seq: usize,
     start: usize,
     inverse: bool,
-) -> Result<Handle, crate::launch::KernelError> {
+) -> Result<Handle, KernelError> {
     let head = x.cols;
     if head == 0 || head % 2 != 0 || seq == 0 || x.rows % seq != 0 || start + seq > max_seq {
-        return Err(crate::launch::KernelError {
+        return Err(KernelError {
             value: format!(
                 "x [{}, {head}] of sequence length {seq} from position {start}, frequencies for {max_seq} positions",
                 x.rows

@@ -13,8 +13,10 @@
 //! arithmetic is f32 and the result is rounded to x's type once (Burn's decomposed version
 //! rounds after every op in x's type).
 
-use crate::cast::codec::ElemKind;
-use crate::norm_act::norm::WordMatrix;
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::WordMatrix;
 use crate::util::pairs::{load_pair, store_pair};
 use crate::util::reduce::{cube_max_f32, cube_sum};
 use cubecl::prelude::*;
@@ -126,10 +128,10 @@ pub fn causal_softmax_backward_kernel(
     }
 }
 
-fn check(x: &WordMatrix) -> Result<(), crate::launch::KernelError> {
+fn check(x: &WordMatrix) -> Result<(), KernelError> {
     let (rows, seq) = (x.rows, x.cols);
     if rows == 0 || seq == 0 || seq % 2 != 0 || rows % seq != 0 || rows * seq >= u32::MAX as usize {
-        return Err(crate::launch::KernelError {
+        return Err(KernelError {
             value: format!("scores [{rows}, {seq}]"),
             rule: "causal softmax takes whole [seq, seq] blocks of query rows, seq even, fewer \
                    than 2^32 elements"
@@ -145,7 +147,7 @@ pub fn causal_softmax<R: Runtime>(
     client: &ComputeClient<R>,
     x: WordMatrix,
     scale: f32,
-) -> Result<Handle, crate::launch::KernelError> {
+) -> Result<Handle, KernelError> {
     check(&x)?;
     let out = client.empty(x.bytes());
     unsafe {
@@ -172,7 +174,7 @@ pub fn causal_softmax_backward<R: Runtime>(
     p: WordMatrix,
     dp: &Handle,
     scale: f32,
-) -> Result<Handle, crate::launch::KernelError> {
+) -> Result<Handle, KernelError> {
     check(&p)?;
     let out = client.empty(p.bytes());
     unsafe {
@@ -181,7 +183,7 @@ pub fn causal_softmax_backward<R: Runtime>(
             cubecl::server::CubeCountSelection::new(client, p.rows as u32).cube_count(),
             CubeDim::new_1d(SOFTMAX_UNITS as u32),
             p.arg(),
-            crate::norm_act::norm::arg(dp, p.words()),
+            arg(dp, p.words()),
             ArrayArg::from_raw_parts(out.clone(), p.words()),
             p.rows,
             p.cols,

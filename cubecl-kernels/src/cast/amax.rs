@@ -11,12 +11,18 @@
 //! 33.2 -> 26.8 µs at 4096x4096, NVFP4 rowwise 229.2 -> 223.5 / 35.2 -> 33.0 µs; casts writing
 //! both directions gained 0-1 % at the large size (`benches/results/trace-h100/call2`).
 
-use crate::cast::codec::{abs_bits_for_amax, load_chunk, ElemKind};
-use crate::util::pairs::load_pair;
-use crate::grouped::group_layout::find_group;
 use crate::cast::hadamard::rht16;
+use crate::grouped::group_layout::{find_group, RowGroups};
+use crate::grouped::row_gather::{gather_args, RowGather};
+use crate::util::buffers::{arg, dummy, filled};
+use crate::util::elements::{abs_bits_for_amax, load_chunk, ElemKind};
+use crate::util::error::KernelError;
+use crate::util::grid::{ceil_div, stride_cubes};
+use crate::util::matrix::{INPUT_VECTOR, InputMatrix};
+use crate::util::pairs::load_pair;
 use crate::util::reduce::cube_max_into;
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
 /// Units per cube of the amax kernels.
 pub const AMAX_UNITS: usize = 256;
@@ -46,6 +52,26 @@ pub fn amax_kernel<N: Size>(
     }
     let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
     cube_max_into(local, &mut scratch, out, 0usize, AMAX_UNITS);
+}
+
+/// `max |x|` (NaN skipped) as f32 bits in a one-word buffer.
+pub fn amax<R: Runtime>(client: &ComputeClient<R>, x: InputMatrix) -> Result<Handle, KernelError> {
+    x.require_blocks(1, 8, "amax")?;
+    let out = filled(client, 1, 0);
+    let chunks = x.rows * x.cols / 8;
+    unsafe {
+        amax_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(stride_cubes(client, chunks, AMAX_UNITS)),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            INPUT_VECTOR,
+            x.arg(),
+            arg(&out, 1),
+            chunks,
+            x.kind,
+        )
+    };
+    Ok(out)
 }
 
 /// Rowwise amax of `x [rows, cols]` and amax of `RHT(xᵀ)` (16-element chunks along M), in one
@@ -92,6 +118,31 @@ pub fn amax_rht_kernel(
     cube_max_into(local, &mut scratch, out_rowwise, 0usize, AMAX_UNITS);
     sync_cube();
     cube_max_into(local_rht, &mut scratch, out_rht, 0usize, AMAX_UNITS);
+}
+
+/// Rowwise amax and the amax of `RHT(xᵀ)`, in one read.
+pub fn amax_with_rht<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+) -> Result<(Handle, Handle), KernelError> {
+    x.require_blocks(16, 8, "amax with RHT")?;
+    let rowwise = filled(client, 1, 0);
+    let rht = filled(client, 1, 0);
+    let pieces = (x.rows / 16) * (x.cols / 2);
+    unsafe {
+        amax_rht_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::new_1d(stride_cubes(client, pieces, AMAX_UNITS)),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            arg(x.handle, x.words()),
+            arg(&rowwise, 1),
+            arg(&rht, 1),
+            x.rows,
+            x.cols,
+            x.kind,
+        )
+    };
+    Ok((rowwise, rht))
 }
 
 /// Rows of one band of the grouped amax kernel (a multiple of the RHT's 16, a divisor of a group's
@@ -169,4 +220,58 @@ pub fn group_amax_kernel(
             cube_max_into(local_rht, &mut scratch, out_rht, g, AMAX_UNITS);
         }
     }
+}
+
+/// One amax per row group (f32 bits, `[groups.count]`), and with `rht` one amax of `RHT(xᵀ)` per
+/// group. Needs `cols % 2 == 0`; every group's rows are a multiple of 16.
+pub fn group_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    groups: RowGroups,
+    rht: bool,
+) -> Result<(Handle, Handle), KernelError> {
+    group_amax_gathered(client, x, groups, rht, None)
+}
+
+/// `group_amax` of the matrix `x` read through `gather` (`RowGather`).
+pub fn group_amax_gathered<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    groups: RowGroups,
+    rht: bool,
+    gather: Option<RowGather>,
+) -> Result<(Handle, Handle), KernelError> {
+    let (rows, row_index, src_rows) = gather_args(client, x, gather);
+    InputMatrix { rows, ..x }.require_blocks(GROUP_AMAX_ROWS, 8, "grouped amax")?;
+    let rowwise = filled(client, groups.count, 0);
+    let post_rht = if rht {
+        filled(client, groups.count, 0)
+    } else {
+        dummy(client)
+    };
+    let (start, group_rows) = groups.args();
+    unsafe {
+        group_amax_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(
+                ceil_div(x.cols, GROUP_AMAX_COLS) as u32,
+                (rows / GROUP_AMAX_ROWS) as u32,
+                1,
+            ),
+            CubeDim::new_1d(AMAX_UNITS as u32),
+            arg(x.handle, x.words()),
+            start,
+            group_rows,
+            row_index,
+            arg(&rowwise, groups.count),
+            arg(&post_rht, groups.count),
+            x.cols,
+            groups.count,
+            src_rows,
+            x.kind,
+            rht,
+            gather.is_some(),
+        )
+    };
+    Ok((rowwise, post_rht))
 }

@@ -4,8 +4,14 @@
 
 use crate::cast::codec::{decode_e2m1, decode_fp8, e8m0_to_f32, Fp8Kind};
 use crate::cast::hadamard::inverse_rht16;
+use crate::cast::mxfp8::mxfp8_scale_shapes;
+use crate::cast::nvfp4::nvfp4_scale_shapes;
 use crate::cast::scale::nvfp4_global_encode_scale;
+use crate::grouped::group_layout::RowGroups;
+use crate::util::buffers::arg;
+use crate::util::grid::{ceil_div, linear_cubes};
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
 /// FP8 per-tensor or block-scaled codes. `storage_rows x storage_cols` is the code layout
 /// (`[M, K]` rowwise, `[K, M]` when `transposed`). `scale_rows_per_block` is 0 for one tensor
@@ -46,6 +52,67 @@ pub fn dequantize_fp8_kernel(
     }
 }
 
+/// How FP8 codes are scaled, for dequantize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Scales {
+    Tensor,
+    Block1x128,
+    Block128x128,
+}
+
+impl Fp8Scales {
+    /// Storage rows one scale covers: 0 for one tensor scale, else 1 (1x128) or 128 (128x128).
+    pub(crate) fn rows_per_block(self) -> usize {
+        match self {
+            Fp8Scales::Tensor => 0,
+            Fp8Scales::Block1x128 => 1,
+            Fp8Scales::Block128x128 => 128,
+        }
+    }
+}
+
+/// Dequantizes FP8 codes (per-tensor or block) to f32 `[M, K]`. `transposed`: codes are `[K, M]`.
+pub fn dequantize_fp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    scale_kind: Fp8Scales,
+    transposed: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (storage_rows, storage_cols) = if transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let scale_rows_per_block = scale_kind.rows_per_block();
+    let scale_words = match scale_kind {
+        Fp8Scales::Tensor => 1,
+        _ => (storage_rows / scale_rows_per_block) * (storage_cols / 128),
+    };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_fp8_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(n / 4, units)),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 4),
+            arg(scales, scale_words),
+            arg(&out, n),
+            storage_rows,
+            storage_cols,
+            fp8,
+            scale_rows_per_block,
+            transposed,
+        )
+    };
+    out
+}
+
 /// MXFP8 codes (`[M, K]` in both directions) with compact E8M0 scales.
 #[cube(launch_unchecked)]
 pub fn dequantize_mxfp8_kernel(
@@ -75,6 +142,39 @@ pub fn dequantize_mxfp8_kernel(
             out[e] = decode_fp8((bits >> comptime![8 * i as u32]) & 0xFFu32, fp8) * scale;
         }
     }
+}
+
+/// Dequantizes MXFP8 codes (compact scales) to f32 `[M, K]`.
+pub fn dequantize_mxfp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    rowwise: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (row_shape, col_shape) = mxfp8_scale_shapes(rows, cols);
+    let shape = if rowwise { row_shape } else { col_shape };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_mxfp8_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(n / 4, units)),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 4),
+            arg(scales, shape[0] * shape[1]),
+            arg(&out, n),
+            rows,
+            cols,
+            shape[1],
+            fp8,
+            rowwise,
+        )
+    };
+    out
 }
 
 /// NVFP4 codes: one unit per 16 codes (one block) of a storage row. Rowwise storage is `[M, K/2]`,
@@ -125,6 +225,45 @@ pub fn dequantize_nvfp4_kernel(
     }
 }
 
+/// Dequantizes NVFP4 codes (compact scales) to f32 `[M, K]`.
+pub fn dequantize_nvfp4<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    amax: &Handle,
+    rows: usize,
+    cols: usize,
+    rowwise: bool,
+    rht: bool,
+) -> Handle {
+    let n = rows * cols;
+    let (row_shape, col_shape) = nvfp4_scale_shapes(rows, cols);
+    let (shape, storage_rows, storage_cols) = if rowwise {
+        (row_shape, rows, cols)
+    } else {
+        (col_shape, cols, rows)
+    };
+    let out = client.empty(n * 4);
+    let units = 256usize;
+    unsafe {
+        dequantize_nvfp4_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(n / 16, units)),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n / 8),
+            arg(scales, shape[0] * shape[1]),
+            arg(amax, 1),
+            arg(&out, n),
+            storage_rows,
+            storage_cols,
+            shape[1],
+            !rowwise,
+            rht && !rowwise,
+        )
+    };
+    out
+}
+
 /// FP8 codes of a grouped matrix (`format::grouped`: group g's rows `start_g .. start_g + len_g`
 /// quantized on their own) to the logical f32 `[rows, cols]`, every group in one launch, reading
 /// the groups on the device: `row_group[r]` is row r's group (i32 bits; `groups` or more for
@@ -162,6 +301,54 @@ pub fn dequantize_fp8_grouped_kernel(
         }
         out[e] = value;
     }
+}
+
+/// Dequantizes every group of a grouped FP8 matrix (`dequantize_fp8_grouped_kernel`) to f32
+/// `[rows, cols]` in one launch; `row_group` holds `rows` i32 labels, `groups` start and length
+/// per group. Padding rows come out as zeros.
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize_fp8_grouped<R: Runtime>(
+    client: &ComputeClient<R>,
+    codes: &Handle,
+    scales: &Handle,
+    row_group: &Handle,
+    groups: RowGroups,
+    rows: usize,
+    cols: usize,
+    fp8: Fp8Kind,
+    scale_kind: Fp8Scales,
+    transposed: bool,
+) -> Handle {
+    let n = rows * cols;
+    let scale_rows_per_block = scale_kind.rows_per_block();
+    let scale_words = match scale_kind {
+        Fp8Scales::Tensor => groups.count,
+        // One per (rows per block x 128) elements, either direction (groups are 128-row chunks).
+        _ => rows * cols / (128 * scale_rows_per_block),
+    };
+    let out = client.empty(n.max(1) * 4);
+    let units = 256usize;
+    let (start, len) = groups.args();
+    unsafe {
+        dequantize_fp8_grouped_kernel::launch_unchecked::<R>(
+            client,
+            linear_cubes(client, ceil_div(n, units)),
+            CubeDim::new_1d(units as u32),
+            arg(codes, n.div_ceil(4)),
+            arg(scales, scale_words),
+            arg(row_group, rows),
+            start,
+            len,
+            arg(&out, n),
+            rows,
+            cols,
+            groups.count,
+            fp8,
+            scale_rows_per_block,
+            transposed,
+        )
+    };
+    out
 }
 
 /// Element `(r, c)` of a grouped FP8 matrix decoded as `dequantize_fp8_grouped_kernel` decodes it:

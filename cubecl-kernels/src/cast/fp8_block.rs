@@ -12,10 +12,16 @@
 //! Scales are `scale_inv` f32 bits: rowwise `[M, K/128]` (1D) or `[M/128, K/128]` (2D), columnwise
 //! `[K, M/128]` (1D) or `[K/128, M/128]` (2D).
 
-use crate::cast::codec::{abs_bits_for_amax, encode_fp8_by, half_of_word, load_chunk, ElemKind, Fp8Encoder};
+use crate::cast::codec::{encode_fp8_by, Fp8Encoder};
 use crate::cast::flags::{COLUMNWISE, ROWWISE};
-use crate::grouped::group_layout::group_of_row;
+use crate::cast::kernel_choice::{fp8_encoder, tile_kernels_forced, unroll};
+use crate::cast::output::{DirectionOutput, Directions, QuantizeOutput};
 use crate::cast::scale::{scale_from_amax, ScaleRule};
+use crate::grouped::group_layout::{group_args, group_of_row, require_grouped_rows, RowGroups};
+use crate::util::buffers::{arg, dummy};
+use crate::util::elements::{abs_bits_for_amax, half_of_word, load_chunk, ElemKind};
+use crate::util::error::KernelError;
+use crate::util::matrix::{INPUT_VECTOR, InputMatrix};
 use cubecl::prelude::*;
 
 pub const BLOCK_ROWS_PER_UNIT: usize = 4;
@@ -509,4 +515,110 @@ pub fn fp8_block_transposed_kernel<N: Size>(
             columnwise[(g_start * cols + (col0 + j) * g_rows + (row0 - g_start)) / 16] = packed;
         }
     }
+}
+
+/// FP8 block scaling (1x128 or 128x128). Needs `M % 128 == 0` and `K % 128 == 0`.
+pub fn quantize_fp8_block<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    rule: ScaleRule,
+    block_2d: bool,
+    directions: Directions,
+    groups: Option<RowGroups>,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(BLOCK_TILE, BLOCK_TILE, "FP8 block scaling")?;
+    require_grouped_rows(&x, groups)?;
+    let n = x.rows * x.cols;
+    let (mb, kb) = (x.rows / BLOCK_TILE, x.cols / BLOCK_TILE);
+    let (row_scales, col_scales) = if block_2d {
+        (mb * kb, mb * kb)
+    } else {
+        (x.rows * kb, x.cols * mb)
+    };
+    let rowwise = if directions.rowwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let rowwise_scales = if directions.rowwise {
+        client.empty(row_scales * 4)
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let columnwise_scales = if directions.columnwise {
+        client.empty(col_scales * 4)
+    } else {
+        dummy(client)
+    };
+    let config = Fp8BlockKernelConfig {
+        kind: x.kind,
+        rule,
+        block_2d,
+        unroll: unroll(client),
+        grouped: groups.is_some(),
+        encoder: fp8_encoder(client),
+    };
+    let (group_start, group_rows, count) = group_args(client, groups);
+    if directions.columnwise && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+        // 16-bit input with the transposed copy: units shaped for the transposed stores.
+        unsafe {
+            fp8_block_transposed_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(kb as u32, mb as u32, 1),
+                CubeDim::new_1d(TRANSPOSED_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_scales),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_scales),
+                group_start,
+                group_rows,
+                x.rows,
+                x.cols,
+                count,
+                directions.flags(),
+                config,
+            )
+        };
+    } else {
+        unsafe {
+            fp8_block_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(kb as u32, mb as u32, 1),
+                CubeDim::new_1d(BLOCK_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_scales),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_scales),
+                group_start,
+                group_rows,
+                x.rows,
+                x.cols,
+                count,
+                directions.flags(),
+                config,
+            )
+        };
+    }
+    Ok(QuantizeOutput::kept(
+        directions,
+        DirectionOutput {
+            codes: rowwise,
+            scales: rowwise_scales,
+            amax: None,
+        },
+        DirectionOutput {
+            codes: columnwise,
+            scales: columnwise_scales,
+            amax: None,
+        },
+    ))
 }

@@ -11,7 +11,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::{arg, linear_cubes};
+use crate::util::buffers::arg;
+use crate::util::grid::linear_cubes;
 
 const UNITS: usize = 256;
 

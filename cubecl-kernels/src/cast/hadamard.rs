@@ -2,7 +2,8 @@
 //! `burn_lowp::format::hadamard`: sign flips by TE's mask, a 4-stage f32 butterfly, x0.25, rounded
 //! to the input dtype, in exactly the reference's order.
 
-use crate::cast::codec::{round_to_kind, ElemKind};
+use crate::cast::codec::round_to_kind;
+use crate::util::elements::ElemKind;
 use cubecl::prelude::*;
 
 /// TE's sign vector as a bit mask (bit i set where s_i = -1).

@@ -12,12 +12,16 @@
 //! Codes are written as u32 words in the `[M, K]` layout for both directions; scales as bytes,
 //! compact or GEMM-swizzled.
 
-use crate::cast::codec::{
-    abs_bits_for_amax, e8m0_reciprocal, encode_fp8_by, float_to_e8m0, half_of_word, load_chunk,
-    ElemKind, Fp8Encoder, Fp8Kind,
-};
+use crate::cast::codec::{e8m0_reciprocal, encode_fp8_by, float_to_e8m0, Fp8Encoder, Fp8Kind};
 use crate::cast::flags::{COLUMNWISE, ROWWISE, SWIZZLED};
+use crate::cast::kernel_choice::{fp8_encoder, tile_kernels_forced, unroll};
+use crate::cast::output::{scale_bytes, DirectionOutput, Directions, QuantizeOutput};
 use crate::cast::swizzle::{scale_index, swizzled_offset};
+use crate::util::buffers::{arg, dummy};
+use crate::util::elements::{abs_bits_for_amax, half_of_word, load_chunk, ElemKind};
+use crate::util::error::KernelError;
+use crate::util::grid::{ceil_div, linear_cubes, round_up};
+use crate::util::matrix::{INPUT_VECTOR, InputMatrix};
 use cubecl::prelude::*;
 
 pub const MX_ROWS_PER_UNIT: usize = 4;
@@ -498,4 +502,144 @@ pub fn mxfp8_strip_kernel<N: Size>(
             }
         }
     }
+}
+
+/// Units per cube of the rowwise-only MXFP8 kernel (one unit per 32-element block).
+const MX_ROWWISE_UNITS: usize = 256;
+
+/// `mxfp8_strip_kernel` reads 2-word (8-byte) vectors: 4 columns of 16-bit values.
+const MX_STRIP_VECTOR: usize = 2;
+
+/// Byte sizes of MXFP8 compact scales: rowwise `[roundup(M,128), roundup(K/32,4)]`, columnwise
+/// `[roundup(M/32,4), roundup(K,128)]`.
+pub fn mxfp8_scale_shapes(rows: usize, cols: usize) -> ([usize; 2], [usize; 2]) {
+    (
+        [round_up(rows, 128), round_up(cols / 32, 4)],
+        [round_up(rows / 32, 4), round_up(cols, 128)],
+    )
+}
+
+/// MXFP8, E4M3 or E5M2 elements. Needs `M % 32 == 0` and `K % 32 == 0`.
+pub fn quantize_mxfp8<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    fp8: Fp8Kind,
+    block_2d: bool,
+    directions: Directions,
+    swizzled: bool,
+) -> Result<QuantizeOutput, KernelError> {
+    x.require_blocks(32, 32, "MXFP8")?;
+    let n = x.rows * x.cols;
+    let (row_shape, col_shape) = mxfp8_scale_shapes(x.rows, x.cols);
+    let rowwise = if directions.rowwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let rowwise_scales = if directions.rowwise {
+        scale_bytes(client, row_shape, Some([x.rows, x.cols / 32]))
+    } else {
+        dummy(client)
+    };
+    let columnwise = if directions.columnwise {
+        client.empty(n)
+    } else {
+        dummy(client)
+    };
+    let columnwise_scales = if directions.columnwise {
+        scale_bytes(client, col_shape, Some([x.rows / 32, x.cols]))
+    } else {
+        dummy(client)
+    };
+    let max = match fp8 {
+        Fp8Kind::E4M3 => 448.0f32,
+        Fp8Kind::E5M2 => 57344.0f32,
+    };
+    let config = Mxfp8Config {
+        kind: x.kind,
+        fp8,
+        block_2d,
+        reciprocal_max_bits: (1.0f32 / max).to_bits(),
+        unroll: unroll(client),
+        encoder: fp8_encoder(client),
+    };
+    let flags = directions.flags() | if swizzled { SWIZZLED } else { 0 };
+    if (directions.columnwise || block_2d) && x.kind != ElemKind::F32 && !tile_kernels_forced() {
+        // 16-bit input, columnwise or 2D blocks: one unit per 32x4 strip.
+        unsafe {
+            mxfp8_strip_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, MX_STRIP_TILE_COLS) as u32,
+                    (x.rows / MX_TILE_ROWS) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(MX_STRIP_UNITS as u32),
+                MX_STRIP_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+                directions.rowwise,
+                directions.columnwise,
+            )
+        };
+    } else if directions.rowwise && !directions.columnwise && !block_2d {
+        // Rowwise only with 1D blocks: one unit per block, no shared memory.
+        unsafe {
+            mxfp8_rowwise_kernel::launch_unchecked::<R>(
+                client,
+                linear_cubes(client, (n / 32).div_ceil(MX_ROWWISE_UNITS)),
+                CubeDim::new_1d(MX_ROWWISE_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+            )
+        };
+    } else {
+        unsafe {
+            mxfp8_kernel::launch_unchecked::<R>(
+                client,
+                CubeCount::Static(
+                    ceil_div(x.cols, MX_TILE_COLS) as u32,
+                    (x.rows / MX_TILE_ROWS) as u32,
+                    1,
+                ),
+                CubeDim::new_1d(MX_UNITS as u32),
+                INPUT_VECTOR,
+                x.arg(),
+                arg(&rowwise, n / 4),
+                arg(&rowwise_scales, row_shape[0] * row_shape[1]),
+                arg(&columnwise, n / 4),
+                arg(&columnwise_scales, col_shape[0] * col_shape[1]),
+                x.rows,
+                x.cols,
+                flags,
+                config,
+            )
+        };
+    }
+    Ok(QuantizeOutput::kept(
+        directions,
+        DirectionOutput {
+            codes: rowwise,
+            scales: rowwise_scales,
+            amax: None,
+        },
+        DirectionOutput {
+            codes: columnwise,
+            scales: columnwise_scales,
+            amax: None,
+        },
+    ))
 }

@@ -3,6 +3,10 @@
 //! swizzle / unswizzle kernels. Host reference: `burn_lowp::format::swizzle`.
 
 use cubecl::prelude::*;
+use crate::util::buffers::arg;
+use crate::util::error::{require, KernelError};
+use crate::util::grid::{ceil_div, linear_cubes};
+use cubecl::server::Handle;
 
 /// Byte offset of compact cell `(r, c)` in the swizzled buffer of a matrix with `cols` columns
 /// (`cols` already padded to a multiple of 4).
@@ -53,4 +57,73 @@ pub fn unswizzle_kernel(
         let target = if transpose { c * rows + r } else { i };
         compact[target] = swizzled[swizzled_offset(r, c, cols)];
     }
+}
+
+/// Swizzles a padded compact `[rows, cols]` byte matrix (`rows % 128 == 0`, `cols % 4 == 0`).
+/// With `transpose`, the compact input is `[cols, rows]` and its transpose is swizzled.
+pub fn swizzle<R: Runtime>(
+    client: &ComputeClient<R>,
+    compact: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+) -> Result<Handle, KernelError> {
+    relayout(client, compact, rows, cols, transpose, true)
+}
+
+/// Inverse of [`swizzle`].
+pub fn unswizzle<R: Runtime>(
+    client: &ComputeClient<R>,
+    swizzled: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+) -> Result<Handle, KernelError> {
+    relayout(client, swizzled, rows, cols, transpose, false)
+}
+
+fn relayout<R: Runtime>(
+    client: &ComputeClient<R>,
+    input: &Handle,
+    rows: usize,
+    cols: usize,
+    transpose: bool,
+    to_swizzled: bool,
+) -> Result<Handle, KernelError> {
+    require(
+        rows % 128 == 0 && cols % 4 == 0 && rows > 0 && cols > 0,
+        format!("scale shape [{rows}, {cols}]"),
+        "swizzling needs scales padded to 128 x 4",
+    )?;
+    let n = rows * cols;
+    let out = client.empty(n);
+    let units = 256usize;
+    let count = linear_cubes(client, ceil_div(n, units));
+    let dim = CubeDim::new_1d(units as u32);
+    unsafe {
+        if to_swizzled {
+            swizzle_kernel::launch_unchecked::<R>(
+                client,
+                count,
+                dim,
+                arg(input, n),
+                arg(&out, n),
+                rows,
+                cols,
+                transpose,
+            )
+        } else {
+            unswizzle_kernel::launch_unchecked::<R>(
+                client,
+                count,
+                dim,
+                arg(input, n),
+                arg(&out, n),
+                rows,
+                cols,
+                transpose,
+            )
+        }
+    };
+    Ok(out)
 }

@@ -13,9 +13,13 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::grouped::group_layout::{find_group, RowGroups};
+use crate::grouped::row_gather::{gather_args, RowGather};
 use crate::norm_act::dbias_amax::fold_four_rows;
-use crate::grouped::group_layout::find_group;
-use crate::launch::{filled, gather_args, InputMatrix, KernelError, RowGather, RowGroups};
+use crate::util::buffers::filled;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::InputMatrix;
 use crate::util::pairs::load_pair;
 use crate::util::reduce::cube_max_into;
 
@@ -33,7 +37,7 @@ fn pair_at(
     col: usize,
     cols: usize,
     src_rows: usize,
-    #[comptime] kind: crate::cast::codec::ElemKind,
+    #[comptime] kind: ElemKind,
     #[comptime] gathered: bool,
 ) -> (f32, f32) {
     let mut a = 0.0f32;
@@ -64,7 +68,7 @@ pub fn group_dbias_amax_kernel(
     cols: usize,
     groups: usize,
     src_rows: usize,
-    #[comptime] kind: crate::cast::codec::ElemKind,
+    #[comptime] kind: ElemKind,
     #[comptime] gathered: bool,
     #[comptime] amax: bool,
 ) {

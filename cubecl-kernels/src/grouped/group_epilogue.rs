@@ -16,7 +16,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::ElemKind;
+use crate::grouped::row_gather::IndexKind;
+use crate::util::elements::ElemKind;
 use crate::util::pairs::{load_pair, round_to, store_pair};
 
 /// Units per cube (one row per cube).
@@ -102,7 +103,7 @@ pub fn group_epilogue<R: Runtime>(
     client: &ComputeClient<R>,
     y: &Handle,
     group: &Handle,
-    index_kind: crate::grouped::row_gather::IndexKind,
+    index_kind: IndexKind,
     rows: usize,
     cols: usize,
     groups: usize,
@@ -176,8 +177,8 @@ pub fn group_epilogue<R: Runtime>(
         };
     }
     match index_kind {
-        crate::grouped::row_gather::IndexKind::I32 => launch!(i32),
-        crate::grouped::row_gather::IndexKind::I64 => launch!(i64),
+        IndexKind::I32 => launch!(i32),
+        IndexKind::I64 => launch!(i64),
     }
     out
 }

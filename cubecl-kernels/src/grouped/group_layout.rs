@@ -18,6 +18,9 @@
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use crate::util::buffers::{arg, dummy};
+use crate::util::error::{require, KernelError};
+use crate::util::matrix::InputMatrix;
 
 /// The row group that holds `row` of a grouped matrix, as `(index, first row, rows)`; for a
 /// matrix that is not grouped, `(0, 0, rows)`: all rows are one group. The quantize kernels ask
@@ -251,5 +254,52 @@ pub fn group_layout<R: Runtime>(
         row_group,
         aligned_to_packed,
         packed_to_aligned,
+    }
+}
+
+/// The row groups of a grouped (MoE) matrix: group g holds rows `[start[g], start[g] + rows[g])`
+/// (u32 device arrays of `count` values). Groups follow each other from row 0, each a multiple of
+/// 128 rows; rows after the last group form a tail that must hold zeros. Quantized grouped, every
+/// group gets what quantizing its slice alone would give: its own per-tensor scale or global
+/// amax, its own transposed columnwise block (`[cols, rows_g]` at `start_g * cols` elements).
+#[derive(Clone, Copy)]
+pub struct RowGroups<'a> {
+    pub start: &'a Handle,
+    pub rows: &'a Handle,
+    pub count: usize,
+}
+
+impl RowGroups<'_> {
+    pub(crate) fn args<R: Runtime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
+        (arg(self.start, self.count), arg(self.rows, self.count))
+    }
+}
+
+/// Group arrays and count of an optional grouping (dummies and 1 for an ungrouped matrix).
+pub(crate) fn group_args<R: Runtime>(
+    client: &ComputeClient<R>,
+    groups: Option<RowGroups>,
+) -> (ArrayArg<R>, ArrayArg<R>, usize) {
+    match groups {
+        Some(g) => {
+            let (start, rows) = g.args();
+            (start, rows, g.count)
+        }
+        None => {
+            let dummy = dummy(client);
+            (arg(&dummy, 1), arg(&dummy, 1), 1)
+        }
+    }
+}
+
+/// Grouped kernels need every group, hence the whole matrix, in whole 128-row chunks.
+pub(crate) fn require_grouped_rows(x: &InputMatrix, groups: Option<RowGroups>) -> Result<(), KernelError> {
+    match groups {
+        Some(g) => require(
+            x.rows % 128 == 0 && g.count > 0,
+            format!("M = {} with {} groups", x.rows, g.count),
+            "a grouped matrix has at least one group and M divisible by 128",
+        ),
+        None => Ok(()),
     }
 }

@@ -9,6 +9,8 @@
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use crate::util::buffers::{arg, dummy};
+use crate::util::matrix::InputMatrix;
 
 /// Units per cube (one row per cube).
 const UNITS: usize = 256;
@@ -87,4 +89,29 @@ pub fn row_gather<R: Runtime>(
         IndexKind::I64 => launch!(i64),
     }
     out
+}
+
+/// A matrix read through a row map: its row r is row `index[r]` (u32 or non-negative i32, one
+/// per row of the matrix) of the source, whose `InputMatrix::rows` are then the source's
+/// (`src_rows`), or a zero row where `index[r] >= src_rows`. The grouped FP8 per-tensor cast
+/// reads a packed token batch this way straight into its aligned layout
+/// (`GroupLayout::aligned_to_packed`), so the padded copy is never written.
+#[derive(Clone, Copy)]
+pub struct RowGather<'a> {
+    pub index: &'a Handle,
+    /// Rows of the matrix the kernel sees (the index's length).
+    pub rows: usize,
+}
+
+/// The matrix a kernel sees (`rows` from the gather) and the row-map arguments: the index (a
+/// dummy without gather) and the source's row count.
+pub(crate) fn gather_args<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: InputMatrix,
+    gather: Option<RowGather>,
+) -> (usize, ArrayArg<R>, usize) {
+    match gather {
+        Some(g) => (g.rows, arg(g.index, g.rows), x.rows),
+        None => (x.rows, arg(&dummy(client), 1), x.rows),
+    }
 }

@@ -13,9 +13,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::ElemKind;
-use crate::grouped::group_layout::find_group;
-use crate::launch::RowGroups;
+use crate::grouped::group_layout::{find_group, RowGroups};
+use crate::util::elements::ElemKind;
 use crate::util::pairs::{load_pair, store_pair};
 
 /// Units per cube: one cube scales one row, its units striding over the row's element pairs (one

@@ -13,9 +13,11 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::{ElemKind, Fp8Encoder};
-use crate::launch::{filled, KernelError};
-use crate::norm_act::norm::{arg, require_pairs, WordMatrix};
+use crate::cast::codec::Fp8Encoder;
+use crate::util::buffers::{arg, filled};
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::{require_pairs, WordMatrix};
 use crate::util::pairs::{packed_amax, stored_word, vector_element, word_elements};
 use crate::util::partial_sums::column_partials_sum;
 use crate::util::reduce::cube_max_into;

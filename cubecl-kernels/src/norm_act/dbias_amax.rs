@@ -11,9 +11,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::abs_bits_for_amax;
-use crate::launch::{filled, KernelError};
-use crate::norm_act::norm::{arg, require_pairs, WordMatrix};
+use crate::util::buffers::{arg, filled};
+use crate::util::elements::{abs_bits_for_amax, ElemKind};
+use crate::util::error::KernelError;
+use crate::util::matrix::{require_pairs, WordMatrix};
 use crate::util::pairs::load_pair;
 use crate::util::partial_sums::column_partials_sum;
 use crate::util::reduce::cube_max_into;
@@ -73,7 +74,7 @@ pub fn dbias_amax_kernel(
     partials: &mut Array<f32>,
     rows: usize,
     cols: usize,
-    #[comptime] kind: crate::cast::codec::ElemKind,
+    #[comptime] kind: ElemKind,
 ) {
     let mut maxima = SharedMemory::<u32>::new(DBIAS_UNITS);
     let col = 2 * (CUBE_POS_X as usize * DBIAS_UNITS + UNIT_POS as usize);

@@ -13,9 +13,13 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use crate::cast::codec::Fp8Encoder;
+use crate::cast::kernel_choice::fp8_encoder;
 use crate::norm_act::activation::{chunk_elements, chunk_words};
-use crate::cast::codec::{ElemKind, Fp8Encoder};
-use crate::launch::{filled, fp8_encoder, KernelError};
+use crate::util::buffers::{arg, filled};
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::{require_pairs, WordMatrix};
 use crate::util::pairs::{load_pair, packed_amax, stored_word, vector_element, word_elements};
 use crate::util::partial_sums::column_partials_sum;
 use crate::util::reduce::{cube_max_into, cube_sum, planes_of_32};
@@ -381,45 +385,6 @@ pub fn norm_param_partials_kernel(
             dbeta[block * cols + col + 1] = bb;
         }
     }
-}
-
-/// A contiguous row-major matrix of raw words in device memory (LayerNormMLP kernels).
-#[derive(Clone, Copy)]
-pub struct WordMatrix<'a> {
-    pub handle: &'a Handle,
-    pub rows: usize,
-    pub cols: usize,
-    pub kind: ElemKind,
-}
-
-impl WordMatrix<'_> {
-    pub(crate) fn words(&self) -> usize {
-        (self.rows * self.cols * self.kind.bytes()).div_ceil(4)
-    }
-
-    pub(crate) fn bytes(&self) -> usize {
-        self.rows * self.cols * self.kind.bytes()
-    }
-
-    pub(crate) fn arg<R: Runtime>(&self) -> ArrayArg<R> {
-        arg(self.handle, self.words())
-    }
-}
-
-pub(crate) fn arg<R: Runtime>(handle: &Handle, words: usize) -> ArrayArg<R> {
-    unsafe { ArrayArg::from_raw_parts(handle.clone(), words.max(1)) }
-}
-
-pub(crate) fn require_pairs(x: &WordMatrix, what: &str) -> Result<(), KernelError> {
-    if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
-        return Err(KernelError {
-            value: format!("{what} [{}, {}]", x.rows, x.cols),
-            rule: "LayerNormMLP kernels take non-empty matrices with an even number of columns \
-                   and fewer than 2^32 elements"
-                .to_string(),
-        });
-    }
-    Ok(())
 }
 
 /// What the norm forward kernel writes.

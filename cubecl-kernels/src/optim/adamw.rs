@@ -17,7 +17,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::ElemKind;
+use crate::util::elements::ElemKind;
+use crate::util::grid::stride_cubes;
 use crate::util::pairs::{load_pair, store_pair};
 
 const UNITS: usize = 256;
@@ -180,7 +181,7 @@ pub fn adamw_step<R: Runtime>(
     let words = |kind: ElemKind| (n * kind.bytes()).div_ceil(4);
     let arg = |h: &Handle, len: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), len.max(1)) };
     let (m, v) = moments.unwrap_or((grad, grad));
-    let cubes = crate::launch::stride_cubes(client, pairs, UNITS);
+    let cubes = stride_cubes(client, pairs, UNITS);
     unsafe {
         adamw_kernel::launch_unchecked::<R>(
             client,

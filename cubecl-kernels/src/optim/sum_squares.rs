@@ -8,9 +8,10 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::cast::codec::ElemKind;
-use crate::norm_act::norm::arg;
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
 use crate::util::pairs::load_pair;
+use crate::util::partial_sums::column_partials_sum;
 use crate::util::reduce::cube_sum;
 
 const UNITS: usize = 256;
@@ -80,5 +81,5 @@ pub fn sum_squares<R: Runtime>(client: &ComputeClient<R>, x: &Handle, n: usize, 
             kind,
         )
     };
-    crate::util::partial_sums::column_partials_sum(client, &partials, blocks, 1)
+    column_partials_sum(client, &partials, blocks, 1)
 }

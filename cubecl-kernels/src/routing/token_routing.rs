@@ -25,9 +25,11 @@
 //! counted and its assignment gets row `rows` (nothing reads or writes it), so a bad index can
 //! never send a kernel out of bounds.
 
-use crate::cast::codec::ElemKind;
-use crate::launch::{linear_cubes, KernelError};
-use crate::norm_act::norm::{arg, WordMatrix};
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::grid::linear_cubes;
+use crate::util::matrix::WordMatrix;
 use crate::util::pairs::{load_pair, store_pair};
 use crate::util::reduce::cube_sum;
 use cubecl::prelude::*;

@@ -25,9 +25,13 @@
 //! the partials per group after the read without knowing the split sizes when it launches. Tiles
 //! never straddle two groups: groups start at multiples of 128 rows (`format::grouped`).
 
-use crate::cast::codec::{ElemKind, Fp8Kind};
-use crate::cast::dequantize::fp8_grouped_element;
-use crate::launch::{arg, Fp8Scales, RowGroups};
+use crate::cast::codec::Fp8Kind;
+use crate::cast::dequantize::{fp8_grouped_element, Fp8Scales};
+use crate::grouped::group_layout::RowGroups;
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::matrix::InputMatrix;
 use crate::util::pairs::load_pair;
 use crate::util::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
 use cubecl::prelude::*;
@@ -528,10 +532,10 @@ pub enum Fp8Copy<'a> {
 /// 32 lanes wide (`planes_of_32`), else through shared memory: the same trees either way.
 pub fn tensor_stats<R: Runtime>(
     client: &ComputeClient<R>,
-    x: crate::launch::InputMatrix,
+    x: InputMatrix,
     error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
-) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+) -> Result<cubecl::server::Handle, KernelError> {
     tensor_stats_with_trees(client, x, error, labels, planes_of_32(client))
 }
 
@@ -539,19 +543,19 @@ pub fn tensor_stats<R: Runtime>(
 /// through shared memory (anywhere), so a test can hold one against the other.
 pub fn tensor_stats_with_trees<R: Runtime>(
     client: &ComputeClient<R>,
-    x: crate::launch::InputMatrix,
+    x: InputMatrix,
     error: Option<StatsError<'_>>,
     labels: Option<RowLabels<'_>>,
     planes: bool,
-) -> Result<cubecl::server::Handle, crate::launch::KernelError> {
+) -> Result<cubecl::server::Handle, KernelError> {
     if planes && !planes_of_32(client) {
-        return Err(crate::launch::KernelError {
+        return Err(KernelError {
             value: "plane reductions".into(),
             rule: "need planes of exactly 32 lanes with plane operations".into(),
         });
     }
     if x.rows == 0 || x.cols == 0 || x.cols % 2 != 0 || x.rows * x.cols >= u32::MAX as usize {
-        return Err(crate::launch::KernelError {
+        return Err(KernelError {
             value: format!("shape [{}, {}]", x.rows, x.cols),
             rule: "tensor statistics need a non-empty matrix with an even last dimension".into(),
         });
@@ -588,7 +592,7 @@ pub fn tensor_stats_with_trees<R: Runtime>(
             scales_kind,
         }) => {
             if code_groups.is_some() != labels.is_some() || rows_of_codes < x.rows {
-                return Err(crate::launch::KernelError {
+                return Err(KernelError {
                     value: format!("{} code rows, grouped codes {}, labels {}", rows_of_codes, code_groups.is_some(), labels.is_some()),
                     rule: "decoded statistics need codes for every row of x, grouped exactly when the rows are labelled".into(),
                 });

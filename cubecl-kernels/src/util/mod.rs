@@ -1,4 +1,8 @@
 pub mod buffers;
+pub mod elements;
+pub mod error;
+pub mod grid;
+pub mod matrix;
 pub mod pairs;
 pub mod partial_sums;
 pub mod reduce;

@@ -6,7 +6,8 @@
 //! runtime's conversion instruction (`pair_word_by`, `round_to_by`), with the same bits but for NaN
 //! payloads.
 
-use crate::cast::codec::{abs_bits_for_amax, f16_bits_to_f32, shift_right_rne, ElemKind, Fp8Encoder};
+use crate::cast::codec::Fp8Encoder;
+use crate::util::elements::{abs_bits_for_amax, f16_bits_to_f32, shift_right_rne, ElemKind};
 use cubecl::prelude::*;
 use half::{bf16, f16};
 

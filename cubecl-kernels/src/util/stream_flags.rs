@@ -13,6 +13,9 @@
 //! `TIMED_OUT`, which the host checks, rather than hanging the device forever on a bug.
 
 use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::util::buffers::arg;
 
 pub const READY: usize = 0;
 pub const DONE: usize = 1;
@@ -24,6 +27,20 @@ pub fn signal_kernel(flags: &mut Array<Atomic<u32>>, value: u32) {
     if ABSOLUTE_POS == 0 {
         flags[READY].store(value);
     }
+}
+
+/// Writes `value` to the READY word of a stream-flags buffer once everything queued before it on
+/// this client's stream has run (see `stream_flags`).
+pub fn signal_flag<R: Runtime>(client: &ComputeClient<R>, flags: &Handle, value: u32) {
+    unsafe {
+        signal_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            arg(flags, FLAG_WORDS),
+            value,
+        )
+    };
 }
 
 #[cube(launch_unchecked)]
@@ -42,4 +59,24 @@ pub fn wait_kernel(flags: &mut Array<Atomic<u32>>, value: u32, max_polls: u32) {
             }
         }
     }
+}
+
+/// Holds this client's stream until the DONE word of `flags` reaches `value` (or `max_polls`
+/// reads pass, which it records in TIMED_OUT).
+pub fn wait_flag<R: Runtime>(
+    client: &ComputeClient<R>,
+    flags: &Handle,
+    value: u32,
+    max_polls: u32,
+) {
+    unsafe {
+        wait_kernel::launch_unchecked::<R>(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            arg(flags, FLAG_WORDS),
+            value,
+            max_polls,
+        )
+    };
 }

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::launch::fill;
+use crate::util::buffers::fill;
 
 /// Bytes of one arena: 256 slots of up to 64 words.
 const ARENA_BYTES: u64 = 64 * 1024;
