@@ -1,11 +1,14 @@
 //! What a cast produces: which directions (`Directions`) and, per direction, the device buffers
-//! of codes, scales and amax (`DirectionOutput`, `QuantizeOutput`).
+//! of codes, scales and amax (`DirectionOutput`, `QuantizeOutput`). The block-scaled casts
+//! (MXFP8, NVFP4, FP8 blocks) write both directions' codes and scales from one read; their
+//! kernels take those four arrays as one argument (`CastOutputs`), which their launchers build
+//! from one set of buffers (`CastBuffers`).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::cast::flags;
-use crate::util::buffers::filled;
+use crate::util::buffers::{arg, dummy, filled};
 
 /// Which representations to produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,5 +69,94 @@ pub(crate) fn scale_bytes<R: Runtime>(
         client.empty((shape[0] * shape[1]).max(4))
     } else {
         filled(client, shape[0] * shape[1] / 4, 0)
+    }
+}
+
+/// The arrays a block-scaled cast kernel writes: each direction's codes and block scales. Codes
+/// are u32 words (`C = u32`), or vectors of them where a kernel stores its columnwise codes so;
+/// scales are bytes (E8M0 / E4M3: `S = u8`) or f32 bits (`S = u32`). A direction not asked for
+/// gets a placeholder its kernel does not write.
+#[derive(CubeType, CubeLaunch)]
+pub struct CastOutputs<C: CubePrimitive, S: CubePrimitive> {
+    pub rowwise: Array<u32>,
+    pub rowwise_scales: Array<S>,
+    pub columnwise: Array<C>,
+    pub columnwise_scales: Array<S>,
+}
+
+/// The host side of `CastOutputs`: the buffers of the directions asked for (placeholders for the
+/// others) and the elements each array argument covers.
+pub(crate) struct CastBuffers {
+    rowwise: Handle,
+    rowwise_scales: Handle,
+    columnwise: Handle,
+    columnwise_scales: Handle,
+    /// u32 words of codes, either direction.
+    code_words: usize,
+    /// Scale elements of each direction.
+    scale_len: [usize; 2],
+}
+
+impl CastBuffers {
+    /// `code_bytes` of codes per direction asked for, and its scales from `rowwise_scales` /
+    /// `columnwise_scales` (the buffer, made only for a direction asked for, and its number of
+    /// elements), allocated in that order.
+    pub(crate) fn new<R: Runtime>(
+        client: &ComputeClient<R>,
+        directions: Directions,
+        code_bytes: usize,
+        rowwise_scales: (impl FnOnce() -> Handle, usize),
+        columnwise_scales: (impl FnOnce() -> Handle, usize),
+    ) -> Self {
+        let codes = |on: bool| if on { client.empty(code_bytes) } else { dummy(client) };
+        let rowwise = codes(directions.rowwise);
+        let row_scales = if directions.rowwise { rowwise_scales.0() } else { dummy(client) };
+        let columnwise = codes(directions.columnwise);
+        let col_scales = if directions.columnwise { columnwise_scales.0() } else { dummy(client) };
+        CastBuffers {
+            rowwise,
+            rowwise_scales: row_scales,
+            columnwise,
+            columnwise_scales: col_scales,
+            code_words: code_bytes / 4,
+            scale_len: [rowwise_scales.1, columnwise_scales.1],
+        }
+    }
+
+    /// The kernel argument over all four buffers.
+    pub(crate) fn arg<R: Runtime, C: CubePrimitive, S: CubePrimitive>(&self) -> CastOutputsLaunch<C, S, R> {
+        CastOutputsLaunch::new(
+            arg(&self.rowwise, self.code_words),
+            arg(&self.rowwise_scales, self.scale_len[0]),
+            arg(&self.columnwise, self.code_words),
+            arg(&self.columnwise_scales, self.scale_len[1]),
+        )
+    }
+
+    /// The rowwise codes and scales alone, for the rowwise-only kernels.
+    pub(crate) fn rowwise_args<R: Runtime>(&self) -> (ArrayArg<R>, ArrayArg<R>) {
+        (
+            arg(&self.rowwise, self.code_words),
+            arg(&self.rowwise_scales, self.scale_len[0]),
+        )
+    }
+
+    /// The outputs of the directions asked for, with each direction's amax where the format
+    /// keeps one.
+    pub(crate) fn into_output(self, directions: Directions, amax: Option<[Handle; 2]>) -> QuantizeOutput {
+        let [rowwise_amax, columnwise_amax] = amax.map_or([None, None], |[r, c]| [Some(r), Some(c)]);
+        QuantizeOutput::kept(
+            directions,
+            DirectionOutput {
+                codes: self.rowwise,
+                scales: self.rowwise_scales,
+                amax: rowwise_amax,
+            },
+            DirectionOutput {
+                codes: self.columnwise,
+                scales: self.columnwise_scales,
+                amax: columnwise_amax,
+            },
+        )
     }
 }
