@@ -52,27 +52,33 @@ pub use util::elements::ElemKind;
 // re-exports keep them working until it moves to the paths above.
 // ---------------------------------------------------------------------------------------------
 
+// The former modules that callers name, where they now live.
 pub use attention::{heads, rope, softmax};
 pub use cast::{delayed_scaling, fp8, gemm_block_scales, scale};
 pub use grouped::{group_dbias_amax, group_epilogue, group_layout, row_gather, row_scale};
 pub use norm_act::dbias_amax;
 pub use optim::{adamw, sum_squares};
-pub use routing::token_routing;
-pub use util::{reduce, stream_flags, zeroed};
+pub use util::stream_flags;
 
-/// Was `crate::codec`, which also held `ElemKind`.
-pub mod codec {
-    pub use crate::cast::codec::*;
-    pub use crate::util::elements::ElemKind;
+/// The former `activation` module, which also held the activation functions.
+pub mod activation {
+    pub use crate::norm_act::act_fn::*;
+    pub use crate::norm_act::activation::*;
 }
 
-/// Was `crate::norm`, which also held `WordMatrix`.
+/// The former `norm` module, which also held `WordMatrix`.
 pub mod norm {
     pub use crate::norm_act::norm::*;
     pub use crate::util::matrix::WordMatrix;
 }
 
-pub use norm_act::activation;
+/// The former `token_routing` module, now one file per step.
+pub mod token_routing {
+    pub use crate::routing::combine_rows::{combine_rows, combine_rows_backward, combine_weights_grad};
+    pub use crate::routing::expert_positions::expert_positions;
+    pub use crate::routing::route_rows::route_rows;
+    pub use crate::routing::top_k::top_k;
+}
 
 // The former `launch.rs`, glob-exported at the root.
 pub use cast::amax::{amax, amax_with_rht, group_amax, group_amax_gathered};
