@@ -80,66 +80,6 @@ fn move_pair(
     }
 }
 
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub fn split_heads_kernel(
-    x: &Array<u32>,
-    freq: &Array<f32>,
-    out0: &mut Array<u32>,
-    out1: &mut Array<u32>,
-    out2: &mut Array<u32>,
-    pairs_per_part: usize,
-    parts: usize,
-    rope_parts: usize,
-    heads: usize,
-    seq: usize,
-    half: usize,
-    #[comptime] kind: ElemKind,
-) {
-    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
-    if pair < pairs_per_part * parts {
-        let (p, r, from, f) = place(pair, pairs_per_part, parts, heads, seq, half);
-        let rotate = p < rope_parts;
-        if p == 0 {
-            move_pair(x, from, out0, 2 * r, rotate, freq, f, kind, false);
-        } else if p == 1 {
-            move_pair(x, from, out1, 2 * r, rotate, freq, f, kind, false);
-        } else {
-            move_pair(x, from, out2, 2 * r, rotate, freq, f, kind, false);
-        }
-    }
-}
-
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub fn merge_heads_kernel(
-    in0: &Array<u32>,
-    in1: &Array<u32>,
-    in2: &Array<u32>,
-    freq: &Array<f32>,
-    out: &mut Array<u32>,
-    pairs_per_part: usize,
-    parts: usize,
-    rope_parts: usize,
-    heads: usize,
-    seq: usize,
-    half: usize,
-    #[comptime] kind: ElemKind,
-) {
-    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
-    if pair < pairs_per_part * parts {
-        let (p, r, to, f) = place(pair, pairs_per_part, parts, heads, seq, half);
-        let rotate = p < rope_parts;
-        if p == 0 {
-            move_pair(in0, 2 * r, out, to, rotate, freq, f, kind, true);
-        } else if p == 1 {
-            move_pair(in1, 2 * r, out, to, rotate, freq, f, kind, true);
-        } else {
-            move_pair(in2, 2 * r, out, to, rotate, freq, f, kind, true);
-        }
-    }
-}
-
 /// The shape of a head split: token rows `[batch · seq, parts · heads · head]` and `parts` parts
 /// `[batch · heads, seq, head]`, the first `rope_parts` rotated with frequencies for positions
 /// `0..seq`.
@@ -192,6 +132,36 @@ impl HeadLayout {
     }
 }
 
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn split_heads_kernel(
+    x: &Array<u32>,
+    freq: &Array<f32>,
+    out0: &mut Array<u32>,
+    out1: &mut Array<u32>,
+    out2: &mut Array<u32>,
+    pairs_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if pair < pairs_per_part * parts {
+        let (p, r, from, f) = place(pair, pairs_per_part, parts, heads, seq, half);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_pair(x, from, out0, 2 * r, rotate, freq, f, kind, false);
+        } else if p == 1 {
+            move_pair(x, from, out1, 2 * r, rotate, freq, f, kind, false);
+        } else {
+            move_pair(x, from, out2, 2 * r, rotate, freq, f, kind, false);
+        }
+    }
+}
+
 /// The parts of token rows `x` (`layout`'s `[batch · seq, parts · heads · head]`, contiguous) as
 /// `[batch · heads, seq, head]` buffers, the first `rope_parts` rotated with `freq`
 /// (`[max_seq, head, 2]` f32 and its row count, as `rope` takes them).
@@ -231,6 +201,36 @@ pub fn split_heads<R: Runtime>(
         )
     };
     Ok(outs)
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn merge_heads_kernel(
+    in0: &Array<u32>,
+    in1: &Array<u32>,
+    in2: &Array<u32>,
+    freq: &Array<f32>,
+    out: &mut Array<u32>,
+    pairs_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if pair < pairs_per_part * parts {
+        let (p, r, to, f) = place(pair, pairs_per_part, parts, heads, seq, half);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_pair(in0, 2 * r, out, to, rotate, freq, f, kind, true);
+        } else if p == 1 {
+            move_pair(in1, 2 * r, out, to, rotate, freq, f, kind, true);
+        } else {
+            move_pair(in2, 2 * r, out, to, rotate, freq, f, kind, true);
+        }
+    }
 }
 
 /// `split_heads` transposed: the `[batch · heads, seq, head]` parts back into token rows

@@ -86,6 +86,45 @@ pub fn causal_softmax_kernel(
     }
 }
 
+fn check(x: &WordMatrix) -> Result<(), KernelError> {
+    let (rows, seq) = (x.rows, x.cols);
+    if rows == 0 || seq == 0 || seq % 2 != 0 || rows % seq != 0 || rows * seq >= u32::MAX as usize {
+        return Err(KernelError {
+            value: format!("scores [{rows}, {seq}]"),
+            rule: "causal softmax takes whole [seq, seq] blocks of query rows, seq even, fewer \
+                   than 2^32 elements"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// The causal softmax of `scale · x` for scores `x [rows, seq]` (whole `[seq, seq]` blocks, seq
+/// even): a new tensor in x's type.
+pub fn causal_softmax<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: WordMatrix,
+    scale: f32,
+) -> Result<Handle, KernelError> {
+    check(&x)?;
+    let out = client.empty(x.bytes());
+    unsafe {
+        causal_softmax_kernel::launch_unchecked::<R>(
+            client,
+            cubecl::server::CubeCountSelection::new(client, x.rows as u32).cube_count(),
+            CubeDim::new_1d(SOFTMAX_UNITS as u32),
+            x.arg(),
+            ArrayArg::from_raw_parts(out.clone(), x.words()),
+            x.rows,
+            x.cols,
+            scale,
+            f32::INFINITY,
+            x.kind,
+        )
+    };
+    Ok(out)
+}
+
 /// Backward: `out` = `scale · p · (dp - Σ p · dp)` per row (masked keys have p = 0 and get 0).
 #[cube(launch_unchecked)]
 pub fn causal_softmax_backward_kernel(
@@ -126,45 +165,6 @@ pub fn causal_softmax_backward_kernel(
             store_pair(out, base + c, da, db, kind);
         }
     }
-}
-
-fn check(x: &WordMatrix) -> Result<(), KernelError> {
-    let (rows, seq) = (x.rows, x.cols);
-    if rows == 0 || seq == 0 || seq % 2 != 0 || rows % seq != 0 || rows * seq >= u32::MAX as usize {
-        return Err(KernelError {
-            value: format!("scores [{rows}, {seq}]"),
-            rule: "causal softmax takes whole [seq, seq] blocks of query rows, seq even, fewer \
-                   than 2^32 elements"
-                .into(),
-        });
-    }
-    Ok(())
-}
-
-/// The causal softmax of `scale · x` for scores `x [rows, seq]` (whole `[seq, seq]` blocks, seq
-/// even): a new tensor in x's type.
-pub fn causal_softmax<R: Runtime>(
-    client: &ComputeClient<R>,
-    x: WordMatrix,
-    scale: f32,
-) -> Result<Handle, KernelError> {
-    check(&x)?;
-    let out = client.empty(x.bytes());
-    unsafe {
-        causal_softmax_kernel::launch_unchecked::<R>(
-            client,
-            cubecl::server::CubeCountSelection::new(client, x.rows as u32).cube_count(),
-            CubeDim::new_1d(SOFTMAX_UNITS as u32),
-            x.arg(),
-            ArrayArg::from_raw_parts(out.clone(), x.words()),
-            x.rows,
-            x.cols,
-            scale,
-            f32::INFINITY,
-            x.kind,
-        )
-    };
-    Ok(out)
 }
 
 /// The gradient of `causal_softmax` with respect to its scores, from its output `p` and the

@@ -296,6 +296,95 @@ pub fn activation_forward_kernel<N: Size>(
     }
 }
 
+fn act_grid(rows: usize, chunks: usize) -> CubeCount {
+    CubeCount::Static(
+        chunks.div_ceil(ACT_UNITS) as u32,
+        rows.div_ceil(ACT_BLOCK_ROWS) as u32,
+        1,
+    )
+}
+
+fn require_width(h: &WordMatrix, gated: bool) -> Result<usize, KernelError> {
+    let cols = if gated { h.cols / 2 } else { h.cols };
+    if (gated && h.cols % 2 != 0) || cols % 2 != 0 || cols == 0 {
+        return Err(KernelError {
+            value: format!("activation input [{}, {}]", h.rows, h.cols),
+            rule: "the activation kernels take an even output width (a gated input holds two \
+                   halves of an even width)"
+                .to_string(),
+        });
+    }
+    Ok(cols)
+}
+
+/// Launches the forward kernel over `h`; `out` is written when `store`.
+#[allow(clippy::too_many_arguments)]
+fn launch_forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: &WordMatrix,
+    cols: usize,
+    out: &Handle,
+    amax: &Handle,
+    params: ActivationParams,
+    config: ActivationConfig,
+    store: bool,
+) {
+    let words = chunk_words(cols, h.kind);
+    let chunks = cols / chunk_elements(words, h.kind);
+    let out_words = h.rows * cols * h.kind.bytes() / 4;
+    unsafe {
+        activation_forward_kernel::launch_unchecked::<R>(
+            client,
+            act_grid(h.rows, chunks),
+            CubeDim::new_1d(ACT_UNITS as u32),
+            words,
+            h.arg(),
+            arg(out, if store { out_words } else { words }),
+            arg(amax, 1),
+            h.rows,
+            chunks,
+            params.alpha,
+            params.limit,
+            params.offset,
+            config,
+            words,
+            store,
+        )
+    };
+}
+
+/// The activation's output `[rows, F]` in h's dtype, and its amax when `config.amax`.
+pub fn activation_forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: WordMatrix,
+    params: ActivationParams,
+    config: ActivationConfig,
+) -> Result<(Handle, Option<Handle>), KernelError> {
+    require_pairs(&h, "activation input")?;
+    let cols = require_width(&h, config.gated)?;
+    let out = client.empty(h.rows * cols * h.kind.bytes());
+    let amax = filled(client, 1, 0);
+    launch_forward(client, &h, cols, &out, &amax, params, config, true);
+    Ok((out, config.amax.then_some(amax)))
+}
+
+/// The amax (f32 bits) of what `activation_forward` would store, without storing it: the first
+/// of FP8 current scaling's two passes over `h` when the cast applies the activation itself.
+pub fn activation_amax<R: Runtime>(
+    client: &ComputeClient<R>,
+    h: WordMatrix,
+    params: ActivationParams,
+    config: ActivationConfig,
+) -> Result<Handle, KernelError> {
+    require_pairs(&h, "activation input")?;
+    let cols = require_width(&h, config.gated)?;
+    let amax = filled(client, 1, 0);
+    let unused = client.empty(16);
+    let config = ActivationConfig { amax: true, ..config };
+    launch_forward(client, &h, cols, &unused, &amax, params, config, false);
+    Ok(amax)
+}
+
 /// `dh [rows, F']` from `dy [rows, F]` and `h [rows, F']` (`F' = 2F` when gated; `F = chunks`
 /// chunks of `words` words): `dh = dy · act'(h)`, or for gated `dh[:, :F] = dy · gate · act'(x)`,
 /// `dh[:, F:] = dy · act(x) · gate'`.
@@ -406,95 +495,6 @@ pub fn activation_backward_kernel<N: Size>(
     if comptime![config.amax] {
         cube_max_into(local_amax, &mut maxima, amax_out, 0usize, ACT_UNITS);
     }
-}
-
-fn act_grid(rows: usize, chunks: usize) -> CubeCount {
-    CubeCount::Static(
-        chunks.div_ceil(ACT_UNITS) as u32,
-        rows.div_ceil(ACT_BLOCK_ROWS) as u32,
-        1,
-    )
-}
-
-fn require_width(h: &WordMatrix, gated: bool) -> Result<usize, KernelError> {
-    let cols = if gated { h.cols / 2 } else { h.cols };
-    if (gated && h.cols % 2 != 0) || cols % 2 != 0 || cols == 0 {
-        return Err(KernelError {
-            value: format!("activation input [{}, {}]", h.rows, h.cols),
-            rule: "the activation kernels take an even output width (a gated input holds two \
-                   halves of an even width)"
-                .to_string(),
-        });
-    }
-    Ok(cols)
-}
-
-/// Launches the forward kernel over `h`; `out` is written when `store`.
-#[allow(clippy::too_many_arguments)]
-fn launch_forward<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: &WordMatrix,
-    cols: usize,
-    out: &Handle,
-    amax: &Handle,
-    params: ActivationParams,
-    config: ActivationConfig,
-    store: bool,
-) {
-    let words = chunk_words(cols, h.kind);
-    let chunks = cols / chunk_elements(words, h.kind);
-    let out_words = h.rows * cols * h.kind.bytes() / 4;
-    unsafe {
-        activation_forward_kernel::launch_unchecked::<R>(
-            client,
-            act_grid(h.rows, chunks),
-            CubeDim::new_1d(ACT_UNITS as u32),
-            words,
-            h.arg(),
-            arg(out, if store { out_words } else { words }),
-            arg(amax, 1),
-            h.rows,
-            chunks,
-            params.alpha,
-            params.limit,
-            params.offset,
-            config,
-            words,
-            store,
-        )
-    };
-}
-
-/// The activation's output `[rows, F]` in h's dtype, and its amax when `config.amax`.
-pub fn activation_forward<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: WordMatrix,
-    params: ActivationParams,
-    config: ActivationConfig,
-) -> Result<(Handle, Option<Handle>), KernelError> {
-    require_pairs(&h, "activation input")?;
-    let cols = require_width(&h, config.gated)?;
-    let out = client.empty(h.rows * cols * h.kind.bytes());
-    let amax = filled(client, 1, 0);
-    launch_forward(client, &h, cols, &out, &amax, params, config, true);
-    Ok((out, config.amax.then_some(amax)))
-}
-
-/// The amax (f32 bits) of what `activation_forward` would store, without storing it: the first
-/// of FP8 current scaling's two passes over `h` when the cast applies the activation itself.
-pub fn activation_amax<R: Runtime>(
-    client: &ComputeClient<R>,
-    h: WordMatrix,
-    params: ActivationParams,
-    config: ActivationConfig,
-) -> Result<Handle, KernelError> {
-    require_pairs(&h, "activation input")?;
-    let cols = require_width(&h, config.gated)?;
-    let amax = filled(client, 1, 0);
-    let unused = client.empty(16);
-    let config = ActivationConfig { amax: true, ..config };
-    launch_forward(client, &h, cols, &unused, &amax, params, config, false);
-    Ok(amax)
 }
 
 /// What the activation backward writes.

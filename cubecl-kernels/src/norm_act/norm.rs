@@ -265,6 +265,67 @@ pub fn norm_forward_kernel<N: Size>(
     }
 }
 
+/// What the norm forward kernel writes.
+pub struct NormForwardOutput {
+    /// y in x's dtype, `[rows, cols]`.
+    pub y: Handle,
+    /// f32 `[rows]` (zeros for RMSNorm).
+    pub mean: Handle,
+    /// f32 `[rows]`.
+    pub rstd: Handle,
+    /// f32 bits of `max |y|`, when asked for.
+    pub amax: Option<Handle>,
+}
+
+/// `y = norm(x) · γ (+ β)`; `gamma` and `beta` are `[cols]` in x's dtype (`beta` for LayerNorm).
+pub fn norm_forward<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: WordMatrix,
+    gamma: &Handle,
+    beta: Option<&Handle>,
+    eps: f32,
+    config: NormConfig,
+) -> Result<NormForwardOutput, KernelError> {
+    require_pairs(&x, "norm input")?;
+    let y = client.empty(x.bytes());
+    let mean = client.empty(4 * x.rows);
+    let rstd = client.empty(4 * x.rows);
+    let amax = filled(client, 1, 0);
+    let vector = (x.cols * x.kind.bytes()).div_ceil(4);
+    let config = NormConfig {
+        beta: beta.is_some() && !config.rms,
+        ..config
+    };
+    let (layout, chunks) = RowLayout::new(client, x.cols, x.kind);
+    unsafe {
+        norm_forward_kernel::launch_unchecked::<R>(
+            client,
+            cubecl::server::CubeCountSelection::new(client, x.rows as u32).cube_count(),
+            CubeDim::new_1d(NORM_UNITS as u32),
+            layout.words,
+            x.arg(),
+            arg(gamma, vector),
+            arg(beta.unwrap_or(gamma), vector),
+            arg(&y, x.words()),
+            arg(&mean, x.rows),
+            arg(&rstd, x.rows),
+            arg(&amax, 1),
+            x.rows,
+            chunks,
+            x.cols,
+            eps,
+            config,
+            layout,
+        )
+    };
+    Ok(NormForwardOutput {
+        y,
+        mean,
+        rstd,
+        amax: config.amax.then_some(amax),
+    })
+}
+
 /// dx of one row per cube: with `x̂ = (x - mean) · rstd` and `g = dy · γ`,
 /// LayerNorm `dx = (g - x̂ · mean(g · x̂) - mean(g)) · rstd`, RMSNorm `dx = (g - x̂ · mean(g · x̂)) · rstd`.
 /// dy, x and γ of the unit's chunks are read once into registers, as in `norm_forward_kernel`.
@@ -385,67 +446,6 @@ pub fn norm_param_partials_kernel(
             dbeta[block * cols + col + 1] = bb;
         }
     }
-}
-
-/// What the norm forward kernel writes.
-pub struct NormForwardOutput {
-    /// y in x's dtype, `[rows, cols]`.
-    pub y: Handle,
-    /// f32 `[rows]` (zeros for RMSNorm).
-    pub mean: Handle,
-    /// f32 `[rows]`.
-    pub rstd: Handle,
-    /// f32 bits of `max |y|`, when asked for.
-    pub amax: Option<Handle>,
-}
-
-/// `y = norm(x) · γ (+ β)`; `gamma` and `beta` are `[cols]` in x's dtype (`beta` for LayerNorm).
-pub fn norm_forward<R: Runtime>(
-    client: &ComputeClient<R>,
-    x: WordMatrix,
-    gamma: &Handle,
-    beta: Option<&Handle>,
-    eps: f32,
-    config: NormConfig,
-) -> Result<NormForwardOutput, KernelError> {
-    require_pairs(&x, "norm input")?;
-    let y = client.empty(x.bytes());
-    let mean = client.empty(4 * x.rows);
-    let rstd = client.empty(4 * x.rows);
-    let amax = filled(client, 1, 0);
-    let vector = (x.cols * x.kind.bytes()).div_ceil(4);
-    let config = NormConfig {
-        beta: beta.is_some() && !config.rms,
-        ..config
-    };
-    let (layout, chunks) = RowLayout::new(client, x.cols, x.kind);
-    unsafe {
-        norm_forward_kernel::launch_unchecked::<R>(
-            client,
-            cubecl::server::CubeCountSelection::new(client, x.rows as u32).cube_count(),
-            CubeDim::new_1d(NORM_UNITS as u32),
-            layout.words,
-            x.arg(),
-            arg(gamma, vector),
-            arg(beta.unwrap_or(gamma), vector),
-            arg(&y, x.words()),
-            arg(&mean, x.rows),
-            arg(&rstd, x.rows),
-            arg(&amax, 1),
-            x.rows,
-            chunks,
-            x.cols,
-            eps,
-            config,
-            layout,
-        )
-    };
-    Ok(NormForwardOutput {
-        y,
-        mean,
-        rstd,
-        amax: config.amax.then_some(amax),
-    })
 }
 
 /// What the norm backward kernels write.

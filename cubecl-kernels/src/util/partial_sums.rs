@@ -1,6 +1,7 @@
 //! The last step of a blocked column sum: `out[c] = Σ_b partials[b, c]` over f32 `[blocks, cols]`
 //! partial sums, blocks in order (so the result does not depend on scheduling). The norm and
-//! activation backward kernels write the partials (dγ, dβ, dbias).
+//! activation backward kernels write the partials (dγ, dβ, dbias), and `sum_squares` its per-cube
+//! sums.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;

@@ -1,4 +1,6 @@
-//! Cube-wide reductions used by the quantize kernels.
+//! Cube-wide reductions (sums, maxima, atomic maxima of amax bits), in fixed trees so that
+//! results do not depend on scheduling; used by the casts, norm, statistics, routing and optimizer
+//! kernels.
 
 use cubecl::prelude::*;
 

@@ -1,7 +1,7 @@
 //! NVFP4: E2M1 codes with E4M3 scales per 1x16 block (or 16x16 tile) under an f32 global scale,
 //! rowwise `[M, K/2]` and transposed columnwise `[K, M/2]` from one read, optional random Hadamard
 //! transform on the columnwise copy and stochastic rounding. The global amaxes come from the amax
-//! pass (`amax.rs`). Host reference: `burn_lowp::format::nvfp4`.
+//! pass (`cast::amax`). Host reference: `burn_lowp::format::nvfp4`.
 //!
 //! Three kernels, chosen by the launcher (`quantize_nvfp4`), all giving the same bytes:
 //! - `nvfp4_kernel`: a cube of 256 units stages a 64 x 64 tile in shared memory as f32; then
