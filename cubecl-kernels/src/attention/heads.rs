@@ -19,6 +19,7 @@ use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
 use crate::util::pairs::{load_pair, store_pair};
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

@@ -15,6 +15,7 @@ use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
 use crate::util::matrix::WordMatrix;
 use crate::util::pairs::{load_pair, store_pair};
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

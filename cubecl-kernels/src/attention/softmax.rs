@@ -19,6 +19,7 @@ use crate::util::error::KernelError;
 use crate::util::matrix::WordMatrix;
 use crate::util::pairs::{load_pair, store_pair};
 use crate::util::reduce::{cube_max_f32, cube_sum};
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

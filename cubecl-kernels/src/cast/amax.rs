@@ -21,6 +21,7 @@ use crate::util::grid::{ceil_div, stride_cubes};
 use crate::util::matrix::{INPUT_VECTOR, InputMatrix};
 use crate::util::pairs::load_pair;
 use crate::util::reduce::cube_max_into;
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

@@ -3,6 +3,7 @@
 //! with u32 arithmetic on the bit patterns, so that every runtime produces the reference's bytes.
 
 use crate::util::elements::{f16_bits_to_f32, shift_right_rne, ElemKind};
+
 use cubecl::prelude::*;
 use cubecl::{e4m3, e5m2};
 

@@ -10,6 +10,7 @@ use crate::cast::scale::nvfp4_global_encode_scale;
 use crate::grouped::group_layout::RowGroups;
 use crate::util::buffers::arg;
 use crate::util::grid::{ceil_div, linear_cubes};
+
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 

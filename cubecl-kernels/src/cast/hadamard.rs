@@ -4,6 +4,7 @@
 
 use crate::cast::codec::round_to_kind;
 use crate::util::elements::ElemKind;
+
 use cubecl::prelude::*;
 
 /// TE's sign vector as a bit mask (bit i set where s_i = -1).

@@ -2,6 +2,7 @@
 //! `fp8_tensor` and `nvfp4`.
 
 use crate::cast::codec::{decode_fp8, encode_fp8, Fp8Kind};
+
 use cubecl::prelude::*;
 
 /// Options of TE's `compute_scale_from_amax`, as comptime bit patterns.

@@ -3,9 +3,11 @@
 //! swizzle / unswizzle kernels. Host reference: `burn_lowp::format::swizzle`.
 
 use cubecl::prelude::*;
+
 use crate::util::buffers::arg;
 use crate::util::error::{require, KernelError};
 use crate::util::grid::{ceil_div, linear_cubes};
+
 use cubecl::server::Handle;
 
 /// Byte offset of compact cell `(r, c)` in the swizzled buffer of a matrix with `cols` columns

@@ -15,9 +15,13 @@
 //! * `group_rows_kernel` writes the row maps: the group of every aligned row (`groups` for padding
 //!   and tail rows), the packed token of every aligned row (`tokens`, one past the last token, for
 //!   padding), and the aligned row of every packed token.
+//!
+//! `RowGroups` is a layout's groups as the grouped kernels take them (starts and sizes on the
+//! device).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+
 use crate::util::buffers::{arg, dummy};
 use crate::util::error::{require, KernelError};
 use crate::util::matrix::InputMatrix;

@@ -6,9 +6,13 @@
 //! rate (1.34 ms of a 2.9 ms GroupedLinear step, ncu), and a zero row had to be appended first
 //! (`cat`, a full copy). Here one cube moves one row, its units striding over the row's words so
 //! that a warp reads and writes contiguous 128-byte runs.
+//!
+//! `RowGather` is the same row map for a kernel that reads through it instead of moving rows
+//! first (the grouped FP8 cast, the grouped amax and bias gradient).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+
 use crate::util::buffers::{arg, dummy};
 use crate::util::matrix::InputMatrix;
 

@@ -3,6 +3,7 @@
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+
 use crate::routing::{require_pairs, ROW_UNITS};
 use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;

@@ -9,6 +9,7 @@
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+
 use crate::routing::{too_large, MAX_EXPERTS, ROUTE_UNITS};
 use crate::util::buffers::arg;
 use crate::util::error::KernelError;

@@ -3,6 +3,7 @@
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+
 use crate::routing::{too_large, ROUTE_UNITS};
 use crate::util::buffers::arg;
 use crate::util::error::KernelError;

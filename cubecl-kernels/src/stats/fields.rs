@@ -3,6 +3,7 @@
 //! the cube, by warp shuffles or through shared memory along the same trees.
 
 use cubecl::prelude::*;
+
 use crate::stats::{
     ABS_SUM, AMAX, ELEMENTS, GROUP, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS,
     NONZERO, OVERFLOWS, SQUARED_ERROR, STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,

@@ -32,6 +32,7 @@ use crate::util::buffers::arg;
 use crate::util::error::KernelError;
 use crate::util::matrix::InputMatrix;
 use crate::util::reduce::planes_of_32;
+
 use cubecl::prelude::*;
 
 /// Rows and columns of a tile; units per cube.

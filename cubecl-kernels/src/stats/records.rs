@@ -2,6 +2,7 @@
 //! 2048 columns, the partials the host reads.
 
 use cubecl::prelude::*;
+
 use crate::stats::{
     ABS_SUM, AMAX, ELEMENTS, GROUP, LN_RANGE_2D, MAX, MAX_LN_RANGE_1D, MIN, MIN_NONZERO_ABS,
     NONZERO, OVERFLOWS, RECORD_TILE_COLS, RECORD_TILE_ROWS, SQUARED_ERROR, STATS_TILE, STAT_FIELDS,

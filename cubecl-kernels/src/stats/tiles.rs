@@ -3,6 +3,7 @@
 //! codes decoded in the pass.
 
 use cubecl::prelude::*;
+
 use crate::cast::codec::Fp8Kind;
 use crate::cast::dequantize::fp8_grouped_element;
 use crate::stats::{

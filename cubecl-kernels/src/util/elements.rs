@@ -4,6 +4,7 @@
 //! amax, and a shift that rounds to nearest even.
 
 use crate::util::pairs::vector_element;
+
 use cubecl::prelude::*;
 
 /// Element type of the high-precision input, read as raw little-endian 32-bit words: one f32 per

@@ -8,6 +8,7 @@
 
 use crate::cast::codec::Fp8Encoder;
 use crate::util::elements::{abs_bits_for_amax, f16_bits_to_f32, shift_right_rne, ElemKind};
+
 use cubecl::prelude::*;
 use half::{bf16, f16};
 

@@ -109,28 +109,40 @@ pub fn quantize_mxfp8<R: Runtime>(
         encoder: fp8_encoder(client),
     };
     let flags = directions.flags() | if swizzled { SWIZZLED } else { 0 };
+    // The tile and strip kernels take the same arguments, the strip kernel's directions last.
+    macro_rules! launch_tiles {
+        ($kernel:ident, $tile_cols:expr, $units:expr, $vector:expr $(, $directions:expr)*) => {
+            unsafe {
+                $kernel::launch_unchecked::<R>(
+                    client,
+                    CubeCount::Static(
+                        ceil_div(x.cols, $tile_cols) as u32,
+                        (x.rows / MX_TILE_ROWS) as u32,
+                        1,
+                    ),
+                    CubeDim::new_1d($units as u32),
+                    $vector,
+                    x.arg(),
+                    buffers.arg(),
+                    x.rows,
+                    x.cols,
+                    flags,
+                    config,
+                    $($directions,)*
+                )
+            }
+        };
+    }
     if (directions.columnwise || block_2d) && x.kind != ElemKind::F32 && !tile_kernels_forced() {
         // 16-bit input, columnwise or 2D blocks: one unit per 32x4 strip.
-        unsafe {
-            mxfp8_strip_kernel::launch_unchecked::<R>(
-                client,
-                CubeCount::Static(
-                    ceil_div(x.cols, MX_STRIP_TILE_COLS) as u32,
-                    (x.rows / MX_TILE_ROWS) as u32,
-                    1,
-                ),
-                CubeDim::new_1d(MX_STRIP_UNITS as u32),
-                MX_STRIP_VECTOR,
-                x.arg(),
-                buffers.arg(),
-                x.rows,
-                x.cols,
-                flags,
-                config,
-                directions.rowwise,
-                directions.columnwise,
-            )
-        };
+        launch_tiles!(
+            mxfp8_strip_kernel,
+            MX_STRIP_TILE_COLS,
+            MX_STRIP_UNITS,
+            MX_STRIP_VECTOR,
+            directions.rowwise,
+            directions.columnwise
+        );
     } else if directions.rowwise && !directions.columnwise && !block_2d {
         // Rowwise only with 1D blocks: one unit per block, no shared memory.
         let (codes, scales) = buffers.rowwise_args();
@@ -150,24 +162,7 @@ pub fn quantize_mxfp8<R: Runtime>(
             )
         };
     } else {
-        unsafe {
-            mxfp8_kernel::launch_unchecked::<R>(
-                client,
-                CubeCount::Static(
-                    ceil_div(x.cols, MX_TILE_COLS) as u32,
-                    (x.rows / MX_TILE_ROWS) as u32,
-                    1,
-                ),
-                CubeDim::new_1d(MX_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                buffers.arg(),
-                x.rows,
-                x.cols,
-                flags,
-                config,
-            )
-        };
+        launch_tiles!(mxfp8_kernel, MX_TILE_COLS, MX_UNITS, INPUT_VECTOR);
     }
     Ok(buffers.into_output(directions, None))
 }

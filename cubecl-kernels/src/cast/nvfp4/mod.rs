@@ -170,34 +170,41 @@ pub fn quantize_nvfp4<R: Runtime>(
     // holds 217 registers there and took 709 / 1607 us (columnwise / both, 16384x8192 bf16,
     // H100) against the tile kernel's 574 / 868 us (`benches/results/nvfp4-h100/call4`).
     let stochastic_columnwise = options.stochastic_keys.is_some() && directions.columnwise;
+    // The tile and strip kernels take the same arguments, the strip kernel's directions last.
+    macro_rules! launch_tiles {
+        ($kernel:ident, $tile_cols:expr, $tile_rows:expr, $units:expr $(, $directions:expr)*) => {
+            unsafe {
+                $kernel::launch_unchecked::<R>(
+                    client,
+                    CubeCount::Static(
+                        ceil_div(x.cols, $tile_cols) as u32,
+                        ceil_div(x.rows, $tile_rows) as u32,
+                        1,
+                    ),
+                    CubeDim::new_1d($units as u32),
+                    INPUT_VECTOR,
+                    x.arg(),
+                    arg(&rowwise_amax, count),
+                    arg(&columnwise_amax, count),
+                    arg(&keys, 2 * count),
+                    group_start,
+                    group_rows,
+                    buffers.arg(),
+                    x.rows,
+                    x.cols,
+                    count,
+                    flags,
+                    config,
+                    $($directions,)*
+                )
+            }
+        };
+    }
     if tile_kernels_forced()
         || (x.kind == ElemKind::F32 && !rowwise_only_1d)
         || stochastic_columnwise
     {
-        unsafe {
-            nvfp4_kernel::launch_unchecked::<R>(
-                client,
-                CubeCount::Static(
-                    ceil_div(x.cols, NV_TILE) as u32,
-                    ceil_div(x.rows, NV_TILE) as u32,
-                    1,
-                ),
-                CubeDim::new_1d(NV_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                arg(&rowwise_amax, count),
-                arg(&columnwise_amax, count),
-                arg(&keys, 2 * count),
-                group_start,
-                group_rows,
-                buffers.arg(),
-                x.rows,
-                x.cols,
-                count,
-                flags,
-                config,
-            )
-        };
+        launch_tiles!(nvfp4_kernel, NV_TILE, NV_TILE, NV_UNITS);
     } else if rowwise_only_1d {
         // The forward activation's cast: one unit per two 1x16 blocks, no shared memory.
         let (codes, scales) = buffers.rowwise_args();
@@ -220,32 +227,14 @@ pub fn quantize_nvfp4<R: Runtime>(
         };
     } else {
         // 16-bit input with the columnwise copy, 2D blocks or row groups: one unit per 16x8 strip.
-        unsafe {
-            nvfp4_strip_kernel::launch_unchecked::<R>(
-                client,
-                CubeCount::Static(
-                    ceil_div(x.cols, NV_STRIP_TILE_COLS) as u32,
-                    ceil_div(x.rows, NV_STRIP_TILE_ROWS) as u32,
-                    1,
-                ),
-                CubeDim::new_1d(NV_STRIP_UNITS as u32),
-                INPUT_VECTOR,
-                x.arg(),
-                arg(&rowwise_amax, count),
-                arg(&columnwise_amax, count),
-                arg(&keys, 2 * count),
-                group_start,
-                group_rows,
-                buffers.arg(),
-                x.rows,
-                x.cols,
-                count,
-                flags,
-                config,
-                directions.rowwise,
-                directions.columnwise,
-            )
-        };
+        launch_tiles!(
+            nvfp4_strip_kernel,
+            NV_STRIP_TILE_COLS,
+            NV_STRIP_TILE_ROWS,
+            NV_STRIP_UNITS,
+            directions.rowwise,
+            directions.columnwise
+        );
     }
     Ok(buffers.into_output(directions, Some([rowwise_amax, columnwise_amax])))
 }
