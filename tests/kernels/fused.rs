@@ -493,9 +493,10 @@ pub fn check_one_hot_embedding_against_burn<B: LowpBackend>(device: &B::Device, 
 
 /// `nn::fused::causal_self_attention` on `Autodiff<B>` against what it replaces, the MoE model's
 /// earlier attention: the QKV rows reshaped, swapped and narrowed into heads, `fused::rope` on q
-/// and k, `fused::causal_attention`, and the heads swapped back (values and the QKV gradient).
-/// Both run the same products, softmax and RoPE arithmetic (`kernels::rope::rotate_pair`), so
-/// they agree exactly; a signed zero may differ (Burn's narrow gradient adds into +0).
+/// and k, `fused::causal_attention`, and the heads swapped back (values and the QKV gradient). Both
+/// run the same products, softmax and RoPE arithmetic
+/// (`burn_lowp_kernels::attention::rope::rotate_pair`), so they agree exactly; a signed zero may
+/// differ (Burn's narrow gradient adds into +0).
 pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::Device) {
     type A<B> = Autodiff<B>;
     let f32s = InputDtype::F32;
