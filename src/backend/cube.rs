@@ -31,7 +31,7 @@ use crate::format::{
     check_shape, codes_shape, scales_shape, Direction, FormatConfig, Fp8Format, HostMatrix,
     InputDtype, QuantFormat, ScaleLayout, Usage,
 };
-use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 /// A device byte buffer: a CubeCL handle and its length in bytes.
 #[derive(Clone)]
@@ -498,7 +498,7 @@ fn host_read_later<R: CubeRuntime>(
 /// checks they share: a gated input of even width, an output FP8 can block.
 fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
     h: CubeTensor<R>,
-    spec: &crate::ops::activation::ActivationSpec,
+    spec: &crate::backend::activation::ActivationSpec,
     fp8: Fp8Format,
     usage: Usage,
     cast: impl FnOnce(
@@ -534,7 +534,7 @@ fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeBytes<R>>>(
         kernels::fp8::Fp8Prologue {
             act: spec.activation.function(),
             gated,
-            clamped_gate: spec.activation == crate::ops::Activation::ClampedSwiglu,
+            clamped_gate: spec.activation == crate::backend::activation::Activation::ClampedSwiglu,
         },
         spec.kernel_params(),
     );
@@ -932,7 +932,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_batched_matmul(
         a: FloatTensor<Self>,
         b: FloatTensor<Self>,
-        t: crate::ops::batched_matmul::Transposes,
+        t: crate::backend::gemm::Transposes,
     ) -> Result<FloatTensor<Self>> {
         #[cfg(feature = "cuda")]
         if super::cuda_gemm::is_cuda::<R>() {
@@ -1459,8 +1459,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
-        step: &crate::optim::AdamWStep,
-    ) -> crate::optim::AdamWTensors<FloatTensor<Self>> {
+        step: &crate::backend::optim::AdamWStep,
+    ) -> crate::backend::optim::AdamWTensors<FloatTensor<Self>> {
         super::cube_optim::adamw_step::<R, F, I, BT>(param, grad, moments, step)
     }
 
@@ -1705,7 +1705,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
 
     fn lowp_activation_forward(
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         want_amax: bool,
     ) -> Result<super::ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
         super::cube_norm_act::activation_forward(h, spec, want_amax)
@@ -1715,7 +1715,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     /// (`kernels::quantize_fp8_tensor_activated`).
     fn lowp_activation_quantize_fp8_with_scale(
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         fp8: Fp8Format,
         scale: super::ScaleColumns<Self>,
         usage: Usage,
@@ -1740,7 +1740,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     /// (`kernels::quantize_fp8_tensor_activated_current`).
     fn lowp_activation_quantize_fp8_current(
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         config: &FormatConfig,
         usage: Usage,
     ) -> Result<Option<QuantizedTensor<Self>>> {
@@ -1756,7 +1756,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_rope(
         x: FloatTensor<Self>,
         freq: FloatTensor<Self>,
-        positions: crate::ops::RopePositions,
+        positions: crate::backend::attention::RopePositions,
         inverse: bool,
     ) -> Result<FloatTensor<Self>> {
         super::cube_norm_act::rope(x, freq, positions, inverse)
@@ -1769,7 +1769,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_split_heads(
         x: FloatTensor<Self>,
         freq: Option<FloatTensor<Self>>,
-        layout: crate::ops::attention_op::HeadLayout,
+        layout: crate::backend::attention::HeadLayout,
     ) -> Result<Vec<FloatTensor<Self>>> {
         super::cube_norm_act::split_heads(x, freq, layout)
     }
@@ -1777,7 +1777,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_merge_heads(
         parts: Vec<FloatTensor<Self>>,
         freq: Option<FloatTensor<Self>>,
-        layout: crate::ops::attention_op::HeadLayout,
+        layout: crate::backend::attention::HeadLayout,
     ) -> Result<FloatTensor<Self>> {
         super::cube_norm_act::merge_heads(parts, freq, layout)
     }
@@ -1797,14 +1797,14 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
         position: IntTensor<Self>,
         layout: &GroupLayout<Self>,
         k: usize,
-    ) -> Result<crate::ops::TokenRoutes<Self>> {
+    ) -> Result<crate::backend::routing::TokenRoutes<Self>> {
         super::cube_routing::route_rows::<R, Self>(position, layout, k, I::dtype())
     }
 
     fn lowp_combine_rows(
         y: FloatTensor<Self>,
         weights: Option<FloatTensor<Self>>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         super::cube_routing::combine::<R, Self>(y, weights, routes)
     }
@@ -1812,7 +1812,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_combine_rows_backward(
         dout: FloatTensor<Self>,
         weights: Option<FloatTensor<Self>>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         super::cube_routing::combine_backward::<R, Self>(dout, weights, routes)
     }
@@ -1820,7 +1820,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_combine_weights_grad(
         dout: FloatTensor<Self>,
         y: FloatTensor<Self>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         super::cube_routing::combine_weights_grad::<R, Self>(dout, y, routes)
     }
@@ -1840,7 +1840,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> LowpBacken
     fn lowp_activation_backward(
         dy: FloatTensor<Self>,
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         want_amax: bool,
         want_dbias: bool,
     ) -> Result<super::ActivationOutput<FloatTensor<Self>, Self::Bytes>> {

@@ -14,7 +14,7 @@ use kernels::norm::{NormConfig, WordMatrix};
 use super::cube::{bytes, elem_kind, kernel_error, prepare, CubeBytes};
 use super::norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
 use crate::error::{LowpError, Result};
-use crate::ops::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 
 fn matrix<R: CubeRuntime>(t: &CubeTensor<R>, what: &str) -> Result<(usize, usize)> {
     let dims = t.shape().as_slice().to_vec();
@@ -171,7 +171,7 @@ fn activation_config<R: CubeRuntime>(
         kind,
         act: spec.activation.function(),
         gated: spec.activation.is_gated(),
-        clamped_gate: spec.activation == crate::ops::activation::Activation::ClampedSwiglu,
+        clamped_gate: spec.activation == crate::backend::activation::Activation::ClampedSwiglu,
         amax,
         dbias,
         encoder: kernels::fp8_encoder(client),
@@ -279,7 +279,7 @@ pub(super) fn dbias_amax<R: CubeRuntime>(
 pub(super) fn rope<R: CubeRuntime>(
     x: CubeTensor<R>,
     freq: CubeTensor<R>,
-    positions: crate::ops::RopePositions,
+    positions: crate::backend::attention::RopePositions,
     inverse: bool,
 ) -> Result<CubeTensor<R>> {
     type B<R> = CubeBackend<R, f32, i32, u32>;
@@ -340,7 +340,7 @@ fn rope_table<R: CubeRuntime>(freq: CubeTensor<R>, head: usize) -> Result<(CubeT
 pub(super) fn split_heads<R: CubeRuntime>(
     x: CubeTensor<R>,
     freq: Option<CubeTensor<R>>,
-    layout: crate::ops::attention_op::HeadLayout,
+    layout: crate::backend::attention::HeadLayout,
 ) -> Result<Vec<CubeTensor<R>>> {
     type B<R> = CubeBackend<R, f32, i32, u32>;
     crate::ops::attention_op::check_rows::<B<R>>(&x, &layout)?;
@@ -366,7 +366,7 @@ pub(super) fn split_heads<R: CubeRuntime>(
 pub(super) fn merge_heads<R: CubeRuntime>(
     parts: Vec<CubeTensor<R>>,
     freq: Option<CubeTensor<R>>,
-    layout: crate::ops::attention_op::HeadLayout,
+    layout: crate::backend::attention::HeadLayout,
 ) -> Result<CubeTensor<R>> {
     type B<R> = CubeBackend<R, f32, i32, u32>;
     crate::ops::attention_op::check_parts::<B<R>>(&parts, &layout)?;

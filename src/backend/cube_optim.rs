@@ -11,7 +11,7 @@ use kernels::adamw::AdamWScalars;
 
 use super::cube::{elem_kind, prepare};
 use crate::optim::adamw::{adamw_step_reference, min_positive};
-use crate::optim::{AdamWStep, AdamWTensors};
+use crate::backend::optim::{AdamWStep, AdamWTensors};
 
 pub(super) fn adamw_step<R, F, I, BT>(
     param: CubeTensor<R>,

@@ -16,7 +16,7 @@ use burn_lowp_kernels::cubecl::server::Handle;
 use super::cublaslt::{run_on_cubecl_buffers, LtGemm, LtOperand, LtStrided};
 use super::cuda_gemm::{contiguous, cuda_client, cuda_device, data_type};
 use crate::error::{LowpError, Result};
-use crate::ops::batched_matmul::{batched_dims, Transposes};
+use crate::backend::gemm::{batched_dims, Transposes};
 
 /// `op(a) · op(b)` for `a`, `b` `[batch, rows, cols]` of one float dtype (`R` must be
 /// `CudaRuntime`); the result is `[batch, m, n]` in that dtype.

@@ -40,7 +40,7 @@ use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
 use crate::format::{Direction, Fp8Format, QuantFormat, ScaleLayout};
-use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 

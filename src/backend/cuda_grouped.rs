@@ -54,7 +54,7 @@ use super::sm90_grouped::{self, grouped_kernel, GroupedKernel, Sm90GroupedGemm, 
 use crate::error::Result;
 use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
-use crate::quant::{Storage, StorageScales};
+use crate::backend::quantized::{Storage, StorageScales};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
@@ -200,11 +200,11 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
     // (buffer, dtype, outer-major) of A (whole grouped weight) and B (whole activation).
     let (a_data, a_type, a_outer_major, b_data, b_type, fp8_scales) = match (sa, sb) {
         (Storage::Quantized(qa), Storage::Quantized(qb)) => {
-            let fp8 = |q: &crate::quant::QuantizedStorage<Cube<R, F, I, BT>>| match q.format {
+            let fp8 = |q: &crate::backend::quantized::QuantizedStorage<Cube<R, F, I, BT>>| match q.format {
                 QuantFormat::Fp8Tensor { fp8 } => fp8_type(fp8),
                 _ => unreachable!("pointer arrays take FP8 per-tensor operands"),
             };
-            let scale = |q: &crate::quant::QuantizedStorage<Cube<R, F, I, BT>>| match &q.scales {
+            let scale = |q: &crate::backend::quantized::QuantizedStorage<Cube<R, F, I, BT>>| match &q.scales {
                 StorageScales::TensorScaleInv(s) => s.handle.clone(),
                 _ => unreachable!("FP8 per-tensor storage"),
             };
@@ -445,7 +445,7 @@ const SCALE_STRIDE: usize = 16;
 /// representation the GEMM reads (`direction`) to one per 16 bytes, one launch per operand;
 /// formats with block scales need nothing.
 fn spread_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    q: &crate::quant::QuantizedTensor<Cube<R, F, I, BT>>,
+    q: &crate::backend::quantized::QuantizedTensor<Cube<R, F, I, BT>>,
     count: usize,
     direction: Direction,
 ) -> [Option<(Handle, usize)>; 2] {
@@ -467,10 +467,10 @@ fn spread_scales<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
 
 /// Group `g`'s view with its per-tensor scales read from the spread copy (`spread_scales`).
 fn aligned_scale<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
-    mut q: crate::quant::QuantizedTensor<Cube<R, F, I, BT>>,
+    mut q: crate::backend::quantized::QuantizedTensor<Cube<R, F, I, BT>>,
     spread: &[Option<(Handle, usize)>; 2],
     g: usize,
-) -> crate::quant::QuantizedTensor<Cube<R, F, I, BT>> {
+) -> crate::backend::quantized::QuantizedTensor<Cube<R, F, I, BT>> {
     for (side, spread) in [&mut q.rowwise, &mut q.columnwise].into_iter().zip(spread) {
         if let (Some(Storage::Quantized(s)), Some((spread, total))) = (side.as_mut(), spread) {
             if let StorageScales::TensorScaleInv(b) = &mut s.scales {

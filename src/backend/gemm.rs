@@ -9,7 +9,7 @@ use burn::tensor::{FloatDType, Shape};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::Direction;
-use crate::quant::{QuantizedTensor, Storage};
+use crate::backend::quantized::{QuantizedTensor, Storage};
 
 /// Which GEMM of a linear layer (TE `general_gemm` layouts):
 /// * `Fprop`: `Y[M,N] = X[M,K] · W[N,K]ᵀ` with X rowwise and W rowwise;
@@ -35,7 +35,7 @@ impl GemmKind {
     /// Whether an FP8 per-tensor GEMM of this kind uses the split accumulator: `asked`
     /// (`GemmOptions::split_accumulator`), else TE's default (fprop fast, dgrad and wgrad split).
     pub fn split_accumulator(self, asked: Option<bool>) -> bool {
-        asked.unwrap_or_else(|| crate::recipe::SplitAccumulator::default().of(self))
+        asked.unwrap_or_else(|| SplitAccumulator::default().of(self))
     }
 
     /// Output shape for operands of logical shapes `a` and `b`, or an error if they do not fit.
@@ -174,4 +174,67 @@ pub fn dequantize_matmul<B: LowpBackend>(
         out = crate::ops::row_broadcast::add_bias_rows::<B>(out, B::float_cast(bias, options.out_dtype));
     }
     Ok(out)
+}
+
+/// Which operands enter the product transposed: `a` stored `[batch, k, m]` for `Aᵀ`, `b` stored
+/// `[batch, n, k]` for `Bᵀ`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Transposes {
+    pub a: bool,
+    pub b: bool,
+}
+
+/// `(batch, m, k, n)` of `op(a) · op(b)` for `a`, `b` of rank 3, or an error naming both shapes.
+pub fn batched_dims(a: &Shape, b: &Shape, t: Transposes) -> Result<(usize, usize, usize, usize)> {
+    let (da, db) = (a.as_slice(), b.as_slice());
+    let bad = |rule: &str| {
+        Err(LowpError::shape(
+            "batched matmul operands",
+            format!("a {da:?}, b {db:?} (transposed: a {}, b {})", t.a, t.b),
+            rule.to_string(),
+        ))
+    };
+    let (&[ba, a0, a1], &[bb, b0, b1]) = (da, db) else {
+        return bad("both operands are [batch, rows, cols]");
+    };
+    if ba != bb {
+        return bad("both operands have the same batch");
+    }
+    let (m, ka) = if t.a { (a1, a0) } else { (a0, a1) };
+    let (kb, n) = if t.b { (b1, b0) } else { (b0, b1) };
+    if ka != kb {
+        return bad("op(a)'s columns equal op(b)'s rows");
+    }
+    Ok((ba, m, ka, n))
+}
+
+/// Whether each GEMM of a module accumulates FP8 per-tensor products with the split
+/// accumulator (what a recipe's `fp8_gemm_*` fields resolve to; other formats ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitAccumulator {
+    pub fprop: bool,
+    pub dgrad: bool,
+    pub wgrad: bool,
+}
+
+impl Default for SplitAccumulator {
+    /// TE's module defaults (`_2X_ACC_FPROP = False`, `_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`).
+    fn default() -> Self {
+        SplitAccumulator {
+            fprop: false,
+            dgrad: true,
+            wgrad: true,
+        }
+    }
+}
+
+impl SplitAccumulator {
+    /// The setting of GEMM `kind`.
+    pub fn of(&self, kind: GemmKind) -> bool {
+        match kind {
+            GemmKind::Fprop => self.fprop,
+            GemmKind::Dgrad => self.dgrad,
+            GemmKind::Wgrad => self.wgrad,
+        }
+    }
 }

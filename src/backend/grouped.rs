@@ -14,14 +14,14 @@ use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::grouped::{group_ranges, SplitStatus};
 use crate::format::{codes_shape, scales_shape, Direction};
-use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 pub use crate::format::grouped::{aligned_rows, RowGroup, GROUP_ALIGN};
 
 pub use super::host_copy::HostCopy;
 pub use super::packed_rows::{
     check_packed_rows, group_epilogue_by_ops, grouped_dbias_after_move,
-    quantize_fp8_padded_after_move, GroupEpilogue, GroupedFp8Scaling, InputRows,
+    quantize_fp8_padded_after_move, GroupEpilogue, GroupedFp8Scaling, InputRows, RowMove,
 };
 
 /// The host view of a grouped matrix's groups, and the check of the splits they came from.

@@ -7,10 +7,9 @@ use std::ops::Range;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 
-use crate::error::{LowpError, Result};
+use crate::error::Result;
 use crate::format::grouped::GroupScaling;
 use crate::format::{Direction, FormatConfig, Fp8Format, HostMatrix, Usage};
-use crate::quant::QuantizedTensor;
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
@@ -30,6 +29,8 @@ mod cuda_batched;
 pub mod cuda_grouped;
 #[cfg(feature = "cuda")]
 pub mod sm90_grouped;
+pub mod activation;
+pub mod attention;
 pub mod device;
 pub mod gemm;
 pub mod gemm_profile;
@@ -38,9 +39,12 @@ pub mod grouped;
 pub mod host_copy;
 pub mod host_sync;
 pub mod norm_act;
+pub mod optim;
 pub mod packed_rows;
+pub mod quantized;
+pub mod routing;
 
-pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath};
+pub use gemm::{GemmCall, GemmKind, GemmOptions, GemmPath, SplitAccumulator, Transposes};
 pub use gemm_profile::{gemm_profile, set_gemm_profiling, GemmPhase};
 pub use gemm_tuning::{load_gemm_tuning, save_gemm_tuning};
 pub use grouped::{
@@ -48,66 +52,11 @@ pub use grouped::{
     GroupEpilogue, GroupedOperand, Groups, InputRows, RowGroup,
 };
 pub use host_sync::{host_syncs, HostSyncs};
+pub use quantized::{AmaxHistoryColumns, QuantizedStorage, QuantizedTensor, ScaleColumns, Storage, StorageScales};
+pub(crate) use quantized::last_column;
 pub use norm_act::{ActivationOutput, NormBackward, NormForward, NormSpec};
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
-
-/// Row 0 of a module's delayed-scaling amax history `history [len, width]` (f32, columns one
-/// word apart; rows may be pitched), where a cast on a backend with
-/// `LowpBackend::delayed_amax_in_place` folds its amaxes in its own launch: group g's (a plain
-/// tensor's: g = 0) into column `first + g * stride`.
-#[derive(Clone, Debug)]
-pub struct AmaxHistoryColumns<B: Backend> {
-    pub history: FloatTensor<B>,
-    pub first: usize,
-    pub stride: usize,
-}
-
-/// The last of `count` state columns `first + g * stride` (scales or history), or `None` for no
-/// columns or an index past `usize`: one rule for every check of a cast's state columns.
-pub(crate) fn last_column(first: usize, stride: usize, count: usize) -> Option<usize> {
-    count.checked_sub(1)?.checked_mul(stride)?.checked_add(first)
-}
-
-/// The delayed-scaling scales a cast reads from a module's state `scales` (f32): group g's
-/// (a plain tensor's: g = 0) is element `first + g * stride`. CubeBackend's cast reads it there
-/// by index (a Burn slice at an unaligned offset, or a gather of the experts' scales, would be a
-/// launch or an upload per cast); NdArray picks the values on the host.
-#[derive(Clone, Debug)]
-pub struct ScaleColumns<B: Backend> {
-    pub scales: FloatTensor<B>,
-    pub first: usize,
-    pub stride: usize,
-}
-
-impl<B: Backend> ScaleColumns<B> {
-    /// Every element of `scales`, in order (one per group).
-    pub fn whole(scales: FloatTensor<B>) -> Self {
-        ScaleColumns { scales, first: 0, stride: 1 }
-    }
-
-    /// Checks that `scales` is an f32 tensor (read in order, whatever its rank) holding the
-    /// `count` columns, and returns their indices.
-    pub fn indices(&self, count: usize) -> Result<Vec<usize>> {
-        use burn::tensor::TensorMetadata;
-        let shape = self.scales.shape();
-        let dtype = self.scales.dtype();
-        let holds = last_column(self.first, self.stride, count).is_some_and(|last| last < shape.num_elements());
-        if dtype != burn::tensor::DType::F32 || !holds {
-            return Err(LowpError::shape(
-                "scales",
-                format!(
-                    "{dtype:?} {:?} read at {} + g * {} for {count} groups",
-                    shape.as_slice(),
-                    self.first,
-                    self.stride
-                ),
-                "delayed-scaling scales are an f32 tensor holding every group's column",
-            ));
-        }
-        Ok((0..count).map(|g| self.first + g * self.stride).collect())
-    }
-}
 
 pub trait LowpBackend: Backend {
     /// A device buffer of raw bytes (codes, scales, amaxes).
@@ -345,7 +294,7 @@ pub trait LowpBackend: Backend {
         position: IntTensor<Self>,
         layout: &GroupLayout<Self>,
         k: usize,
-    ) -> Result<crate::ops::TokenRoutes<Self>> {
+    ) -> Result<crate::backend::routing::TokenRoutes<Self>> {
         crate::ops::token_routing::route_rows_reference::<Self>(position, layout, k)
     }
 
@@ -354,7 +303,7 @@ pub trait LowpBackend: Backend {
     fn lowp_combine_rows(
         y: FloatTensor<Self>,
         weights: Option<FloatTensor<Self>>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::token_routing::combine_rows_reference::<Self>(y, weights, routes)
     }
@@ -363,7 +312,7 @@ pub trait LowpBackend: Backend {
     fn lowp_combine_rows_backward(
         dout: FloatTensor<Self>,
         weights: Option<FloatTensor<Self>>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::token_routing::combine_rows_backward_reference::<Self>(dout, weights, routes)
     }
@@ -372,7 +321,7 @@ pub trait LowpBackend: Backend {
     fn lowp_combine_weights_grad(
         dout: FloatTensor<Self>,
         y: FloatTensor<Self>,
-        routes: &crate::ops::TokenRoutes<Self>,
+        routes: &crate::backend::routing::TokenRoutes<Self>,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::token_routing::combine_weights_grad_reference::<Self>(dout, y, routes)
     }
@@ -459,7 +408,7 @@ pub trait LowpBackend: Backend {
     /// `want_amax` and the backend fuses it.
     fn lowp_activation_forward(
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         _want_amax: bool,
     ) -> Result<ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
         Ok(ActivationOutput {
@@ -478,7 +427,7 @@ pub trait LowpBackend: Backend {
     /// The default has none.
     fn lowp_activation_quantize_fp8_with_scale(
         _h: FloatTensor<Self>,
-        _spec: &crate::ops::activation::ActivationSpec,
+        _spec: &crate::backend::activation::ActivationSpec,
         _fp8: Fp8Format,
         _scale: ScaleColumns<Self>,
         _usage: Usage,
@@ -495,7 +444,7 @@ pub trait LowpBackend: Backend {
     /// runs the two. The default has none.
     fn lowp_activation_quantize_fp8_current(
         _h: FloatTensor<Self>,
-        _spec: &crate::ops::activation::ActivationSpec,
+        _spec: &crate::backend::activation::ActivationSpec,
         _config: &FormatConfig,
         _usage: Usage,
     ) -> Result<Option<QuantizedTensor<Self>>> {
@@ -515,7 +464,7 @@ pub trait LowpBackend: Backend {
     fn lowp_activation_backward(
         dy: FloatTensor<Self>,
         h: FloatTensor<Self>,
-        spec: &crate::ops::activation::ActivationSpec,
+        spec: &crate::backend::activation::ActivationSpec,
         _want_amax: bool,
         want_dbias: bool,
     ) -> Result<ActivationOutput<FloatTensor<Self>, Self::Bytes>> {
@@ -588,8 +537,8 @@ pub trait LowpBackend: Backend {
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
-        step: &crate::optim::AdamWStep,
-    ) -> crate::optim::AdamWTensors<FloatTensor<Self>> {
+        step: &crate::backend::optim::AdamWStep,
+    ) -> crate::backend::optim::AdamWTensors<FloatTensor<Self>> {
         crate::optim::adamw::adamw_step_reference::<Self>(param, grad, moments, step)
     }
 
@@ -599,7 +548,7 @@ pub trait LowpBackend: Backend {
     fn lowp_rope(
         x: FloatTensor<Self>,
         freq: FloatTensor<Self>,
-        positions: crate::ops::RopePositions,
+        positions: crate::backend::attention::RopePositions,
         inverse: bool,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::rope_op::rope_reference::<Self>(x, freq, positions, inverse)
@@ -612,7 +561,7 @@ pub trait LowpBackend: Backend {
     fn lowp_split_heads(
         x: FloatTensor<Self>,
         freq: Option<FloatTensor<Self>>,
-        layout: crate::ops::attention_op::HeadLayout,
+        layout: crate::backend::attention::HeadLayout,
     ) -> Result<Vec<FloatTensor<Self>>> {
         crate::ops::attention_op::split_heads_reference::<Self>(x, freq, layout)
     }
@@ -622,7 +571,7 @@ pub trait LowpBackend: Backend {
     fn lowp_merge_heads(
         parts: Vec<FloatTensor<Self>>,
         freq: Option<FloatTensor<Self>>,
-        layout: crate::ops::attention_op::HeadLayout,
+        layout: crate::backend::attention::HeadLayout,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::attention_op::merge_heads_reference::<Self>(parts, freq, layout)
     }
@@ -650,7 +599,7 @@ pub trait LowpBackend: Backend {
     fn lowp_batched_matmul(
         a: FloatTensor<Self>,
         b: FloatTensor<Self>,
-        t: crate::ops::batched_matmul::Transposes,
+        t: crate::backend::gemm::Transposes,
     ) -> Result<FloatTensor<Self>> {
         crate::ops::batched_matmul::batched_matmul_reference::<Self>(a, b, t)
     }

@@ -18,7 +18,7 @@ use crate::format::{
     check_shape, codes_shape, quantize, quantize_fp8_with_scale, scales_shape, Direction,
     FormatConfig, Fp8Format, HostMatrix, HostQuantized, InputDtype, QuantFormat, Scales, Usage,
 };
-use crate::quant::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 /// Host bytes shared between clones.
 pub type HostBytes = Arc<Vec<u8>>;

@@ -11,7 +11,7 @@ use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
 use burn_lowp_kernels::activation::ActFn;
 
 use super::float_dtype;
-use crate::ops::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 
 /// How to normalize: LayerNorm or RMSNorm, ε, and whether γ is stored as γ - 1.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -191,7 +191,7 @@ fn halves<B: Backend>(h: Tensor<B, 2>, gated: bool) -> (Tensor<B, 2>, Option<Ten
 
 fn gate<B: Backend>(g: Tensor<B, 2>, spec: &ActivationSpec) -> (Tensor<B, 2>, Tensor<B, 2>) {
     let p = spec.kernel_params();
-    if spec.activation == crate::ops::activation::Activation::ClampedSwiglu {
+    if spec.activation == crate::backend::activation::Activation::ClampedSwiglu {
         let inside = g.clone().greater_equal_elem(-p.limit).float()
             * g.clone().lower_equal_elem(p.limit).float();
         (g.clamp(-p.limit, p.limit) + p.offset, inside)

@@ -15,8 +15,7 @@ use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::grouped::GroupScaling;
 use crate::format::{FormatConfig, Fp8CurrentScaling, Fp8Format, Usage};
-use crate::ops::RowMove;
-use crate::quant::QuantizedTensor;
+use crate::backend::quantized::QuantizedTensor;
 
 /// How a grouped layer's token rows lie: the layout's aligned batch (`[layout.rows(), cols]`,
 /// each group at a multiple of 128 rows, zero padding) or its packed tokens
@@ -42,6 +41,24 @@ impl InputRows {
         match self {
             InputRows::Aligned => "aligned",
             InputRows::Packed => "packed",
+        }
+    }
+}
+
+/// Which way rows move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowMove {
+    /// Packed `[tokens, cols]` to aligned `[rows, cols]` (padding rows zero).
+    Pad,
+    /// Aligned to packed (padding rows dropped).
+    Unpad,
+}
+
+impl RowMove {
+    pub fn reverse(self) -> RowMove {
+        match self {
+            RowMove::Pad => RowMove::Unpad,
+            RowMove::Unpad => RowMove::Pad,
         }
     }
 }

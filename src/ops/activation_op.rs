@@ -1,4 +1,4 @@
-//! An activation of TE's set (`ops::activation`: gelu, swiglu, ...) on `h [rows, F']` as one
+//! An activation of TE's set (`backend::activation`: gelu, swiglu, ...) on `h [rows, F']` as one
 //! differentiable op: one pass forward (`LowpBackend::lowp_activation_forward`; gated activations
 //! read both halves of `h` and write `[rows, F' / 2]`) and one backward
 //! (`lowp_activation_backward`: `dh` from `dy` and `h`), the CubeCL activation kernels on CubeCL
@@ -13,7 +13,7 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
-use super::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
 

@@ -15,7 +15,7 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive};
 
-pub use burn_lowp_kernels::heads::HeadLayout;
+pub use crate::backend::attention::HeadLayout;
 
 use super::batched_matmul::{grad_a, grad_b, Transposes};
 use super::RopePositions;

@@ -12,42 +12,11 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, TensorMetadata};
+use burn::tensor::TensorMetadata;
 
+pub use crate::backend::gemm::{batched_dims, Transposes};
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-
-/// Which operands enter the product transposed: `a` stored `[batch, k, m]` for `Aᵀ`, `b` stored
-/// `[batch, n, k]` for `Bᵀ`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Transposes {
-    pub a: bool,
-    pub b: bool,
-}
-
-/// `(batch, m, k, n)` of `op(a) · op(b)` for `a`, `b` of rank 3, or an error naming both shapes.
-pub fn batched_dims(a: &Shape, b: &Shape, t: Transposes) -> Result<(usize, usize, usize, usize)> {
-    let (da, db) = (a.as_slice(), b.as_slice());
-    let bad = |rule: &str| {
-        Err(LowpError::shape(
-            "batched matmul operands",
-            format!("a {da:?}, b {db:?} (transposed: a {}, b {})", t.a, t.b),
-            rule.to_string(),
-        ))
-    };
-    let (&[ba, a0, a1], &[bb, b0, b1]) = (da, db) else {
-        return bad("both operands are [batch, rows, cols]");
-    };
-    if ba != bb {
-        return bad("both operands have the same batch");
-    }
-    let (m, ka) = if t.a { (a1, a0) } else { (a0, a1) };
-    let (kb, n) = if t.b { (b1, b0) } else { (b0, b1) };
-    if ka != kb {
-        return bad("op(a)'s columns equal op(b)'s rows");
-    }
-    Ok((ba, m, ka, n))
-}
 
 /// The product with Burn's ops (the default of `lowp_batched_matmul`).
 pub fn batched_matmul_reference<B: LowpBackend>(

@@ -12,25 +12,8 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{Int, Tensor, TensorCreationOptions, TensorPrimitive};
 
+pub use crate::backend::grouped::RowMove;
 use crate::backend::{GroupLayout, LowpBackend};
-
-/// Which way rows move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowMove {
-    /// Packed `[tokens, cols]` to aligned `[rows, cols]` (padding rows zero).
-    Pad,
-    /// Aligned to packed (padding rows dropped).
-    Unpad,
-}
-
-impl RowMove {
-    fn reverse(self) -> RowMove {
-        match self {
-            RowMove::Pad => RowMove::Unpad,
-            RowMove::Unpad => RowMove::Pad,
-        }
-    }
-}
 
 fn tensor<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(t))

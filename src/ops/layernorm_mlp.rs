@@ -28,7 +28,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
-use super::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 use super::linear::{
     columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
     quantize_weight, DebugSaved, LinearOp, OperandQuantizer,

@@ -18,7 +18,7 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::grouped_linear::{GroupedLinearOp, InputRows};
-use super::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
 use crate::backend::norm_act::NormSpec;
 use crate::backend::{
@@ -391,7 +391,7 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
-    /// An activation (`ops::activation`) of the rows of `h`, one pass each way
+    /// An activation (`backend::activation`) of the rows of `h`, one pass each way
     /// (`ops/activation_op.rs`).
     fn lowp_activation_rows(
         h: FloatTensor<Self>,

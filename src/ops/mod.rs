@@ -1,6 +1,5 @@
 //! Differentiable ops whose backward passes run quantized GEMMs.
 
-pub mod activation;
 pub mod activation_op;
 pub mod attention_op;
 pub mod batched_matmul;
@@ -23,5 +22,5 @@ pub use grouped_rows::RowMove;
 pub use rope_op::RopePositions;
 pub use token_routing::TokenRoutes;
 pub use layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
-pub use activation::{Activation, ActivationParams, ActivationSpec};
+pub use crate::backend::activation::{Activation, ActivationParams, ActivationSpec};
 pub use linear::{AmaxSink, DelayedSlot, LinearOp, LowpLinear, OperandQuantizer, WeightOperand};

@@ -12,16 +12,9 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
+pub use crate::backend::attention::RopePositions;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-
-/// Where the rows of a RoPE input sit: `x [rows, head]` holds whole sequences of `seq` rows,
-/// row r at position `r % seq + start` of the frequency table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RopePositions {
-    pub seq: usize,
-    pub start: usize,
-}
 
 /// Checks `x [rows, head]` and `freq [max_seq, head, 2]` against `positions`; the table's length.
 pub(crate) fn check_rope<B: LowpBackend>(

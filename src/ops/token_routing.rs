@@ -25,23 +25,9 @@ use burn::tensor::{
 
 use super::grouped_rows::select_rows_or_zero;
 use super::LowpLinear;
+pub use crate::backend::routing::TokenRoutes;
 use crate::backend::{GroupLayout, LowpBackend};
 use crate::error::{LowpError, Result};
-
-/// Where every assignment of a batch sits in the experts' aligned batch, and back.
-#[derive(Debug, Clone)]
-pub struct TokenRoutes<B: LowpBackend> {
-    pub tokens: usize,
-    pub top_k: usize,
-    /// Rows of the aligned batch.
-    pub rows: usize,
-    /// The aligned row of each assignment `[T·k]`.
-    pub assignment_row: IntTensor<B>,
-    /// The assignment of each aligned row, `T·k` for rows without one (padding, tail) `[rows]`.
-    pub row_assignment: IntTensor<B>,
-    /// The token of each aligned row, `T` for rows without one `[rows]`.
-    pub row_token: IntTensor<B>,
-}
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))

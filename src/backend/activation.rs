@@ -1,5 +1,6 @@
 //! LayerNormMLP's activation: TE's 12 names (spec section 10), their parameters, and how the
-//! CubeCL kernels (`burn_lowp_kernels::activation`) compute each one.
+//! CubeCL kernels (`burn_lowp_kernels::activation`) compute each one. In `backend` because the
+//! activation ops take it (`ActivationOps`); `ops` and `nn` re-export it.
 
 use std::fmt;
 use std::str::FromStr;
