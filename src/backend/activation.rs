@@ -1,6 +1,7 @@
 //! LayerNormMLP's activation: TE's 12 names (spec section 10), their parameters, and how the
-//! CubeCL kernels (`burn_lowp_kernels::activation`) compute each one. In `backend` because the
-//! activation ops take it (`ActivationOps`); `ops` and `nn` re-export it.
+//! CubeCL kernels (`burn_lowp_kernels::activation`) compute each one, and what an activation pass returns
+//! (`ActivationOutput`). In `backend` because the activation ops take them (`ActivationOps`);
+//! `ops` and `nn` re-export the spec.
 
 use std::fmt;
 use std::str::FromStr;
@@ -187,4 +188,12 @@ impl ActivationSpec {
         }
         Ok(())
     }
+}
+
+/// The activation's results: the output (or dh), its amax when fused, and (backward) the f32
+/// bias gradient `Σ_rows dh`.
+pub struct ActivationOutput<T, A> {
+    pub y: T,
+    pub amax: Option<A>,
+    pub dbias: Option<T>,
 }

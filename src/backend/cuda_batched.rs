@@ -1,4 +1,4 @@
-//! `LowpBackend::lowp_batched_matmul` on CUDA: one cuBLASLt call with a strided batch
+//! `LowpBackend::gemm_batched` on CUDA: one cuBLASLt call with a strided batch
 //! (`LtStrided`) in the operands' dtype (F32, F16 or BF16; f32 accumulation), through the same
 //! ordering handshake as every other GEMM.
 //!

@@ -1,4 +1,4 @@
-//! `LowpBackend::lowp_gemm` on CUDA: picks the GEMM path for a pair of operands and lays them out
+//! `LowpBackend::gemm_quantized` on CUDA: picks the GEMM path for a pair of operands and lays them out
 //! for cuBLASLt (`cublaslt.rs`).
 //!
 //! cuBLASLt is column-major; a row-major output `[rows, cols]` is the column-major `m x n` matrix
@@ -36,7 +36,7 @@ use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
 use super::gemm::{check_bias, GemmCall, GemmKind, GemmOptions, GemmPath};
 use super::gemm_profile::{self as profile, GemmPhase};
-use super::LowpBackend;
+use super::{LowpBackend, QuantizeOps};
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
 use crate::format::{Direction, Fp8Format, QuantFormat, ScaleLayout};
@@ -153,7 +153,7 @@ pub(crate) fn dims<BB: LowpBackend>(
     Ok((out[0], out[1], k))
 }
 
-/// The path `lowp_gemm` takes on CUDA.
+/// The path `gemm_quantized` takes on CUDA.
 pub fn gemm_path<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     kind: GemmKind,
     a: &QuantizedTensor<Cube<R, F, I, BT>>,
@@ -334,10 +334,10 @@ fn lt_input<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
                         }
                     );
                     if swizzled {
-                        let compact = B::<R, F, I, BT>::unswizzle_scales(q.clone())?;
-                        B::<R, F, I, BT>::lowp_dequantize(&compact, direction)?
+                        let compact = B::<R, F, I, BT>::quantize_unswizzle_scales(q.clone())?;
+                        B::<R, F, I, BT>::quantize_dequantize(&compact, direction)?
                     } else {
-                        B::<R, F, I, BT>::lowp_dequantize(q, direction)?
+                        B::<R, F, I, BT>::quantize_dequantize(q, direction)?
                     }
                 }
             };
@@ -609,7 +609,7 @@ pub fn gemm_group<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElemen
                 Cube::<R, F, I, BT>::float_cast(out, wanted)
             };
             match bias {
-                Some(bias) => crate::ops::row_broadcast::add_bias_rows::<Cube<R, F, I, BT>>(
+                Some(bias) => crate::backend::ops::rows::add_bias_rows::<Cube<R, F, I, BT>>(
                     out,
                     Cube::<R, F, I, BT>::float_cast(bias, wanted),
                 ),

@@ -1,7 +1,6 @@
-//! The three GEMMs of a linear layer and the generic way to run them: dequantize each operand's
-//! representation to f32 and multiply with the backend's matmul. That is the GEMM on wgpu and
-//! NdArray, and the emulation of MXFP8/NVFP4 on Hopper; CUDA runs FP8 and BF16 GEMMs through
-//! cuBLASLt instead (`cublaslt.rs`).
+//! The signature types of the GEMM ops (`GemmOps`): which GEMM of a linear layer runs
+//! (`GemmKind`), its options, a group of GEMMs that run together, the path a GEMM took, how FP8
+//! per-tensor GEMMs accumulate (`SplitAccumulator`), and a batched product's transposes.
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape};
@@ -9,7 +8,7 @@ use burn::tensor::{FloatDType, Shape};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::Direction;
-use crate::backend::quantized::{QuantizedTensor, Storage};
+use crate::backend::quantized::QuantizedTensor;
 
 /// Which GEMM of a linear layer (TE `general_gemm` layouts):
 /// * `Fprop`: `Y[M,N] = X[M,K] · W[N,K]ᵀ` with X rowwise and W rowwise;
@@ -98,7 +97,7 @@ pub(crate) fn check_bias<B: LowpBackend>(bias: &FloatTensor<B>, cols: usize) -> 
     Ok(())
 }
 
-/// One GEMM of a group that runs together (`LowpBackend::lowp_gemm_group`).
+/// One GEMM of a group that runs together (`LowpBackend::gemm_group`).
 pub struct GemmCall<'a, B: LowpBackend> {
     pub kind: GemmKind,
     pub a: &'a QuantizedTensor<B>,
@@ -119,61 +118,6 @@ pub enum GemmPath {
     CublasLtFp8Block,
     /// MXFP8 / NVFP4 on a GPU without block-scaled FP4/FP8 GEMMs: dequantize to BF16, BF16 GEMM.
     EmulatedBf16,
-}
-
-/// An operand as an f32 `[rows, cols]` tensor (its logical layout) from `direction`.
-fn operand<B: LowpBackend>(
-    q: &QuantizedTensor<B>,
-    direction: Direction,
-    dtype: FloatDType,
-) -> Result<FloatTensor<B>> {
-    let t = match q.require(direction)? {
-        Storage::HighPrecision(t) => B::float_reshape(t.clone(), Shape::new([q.rows, q.cols])),
-        Storage::Quantized(_) => B::lowp_dequantize(q, direction)?,
-    };
-    Ok(
-        if burn::tensor::TensorMetadata::dtype(&t) == burn::tensor::DType::from(dtype) {
-            t
-        } else {
-            B::float_cast(t, dtype)
-        },
-    )
-}
-
-/// `kind` on `a` and `b` by dequantizing to `compute` dtype and multiplying with the backend's
-/// matmul, then casting to `options.out_dtype` and adding `options.accumulate` and `options.bias`.
-pub fn dequantize_matmul<B: LowpBackend>(
-    kind: GemmKind,
-    a: &QuantizedTensor<B>,
-    b: &QuantizedTensor<B>,
-    compute: FloatDType,
-    options: GemmOptions<B>,
-) -> Result<FloatTensor<B>> {
-    let out_shape = kind.output_shape([a.rows, a.cols], [b.rows, b.cols])?;
-    let (da, db) = kind.directions();
-    let (a, b) = (operand(a, da, compute)?, operand(b, db, compute)?);
-    let product = match kind {
-        GemmKind::Fprop => B::float_matmul(a, B::float_transpose(b)),
-        GemmKind::Dgrad => B::float_matmul(a, b),
-        GemmKind::Wgrad => B::float_matmul(B::float_transpose(a), b),
-    };
-    let mut out = B::float_cast(product, options.out_dtype);
-    if let Some(c) = options.accumulate {
-        let c_shape = burn::tensor::TensorMetadata::shape(&c);
-        if c_shape.as_slice() != out_shape {
-            return Err(LowpError::shape(
-                "accumulate",
-                format!("{:?}", c_shape.as_slice()),
-                format!("the GEMM output is {out_shape:?}"),
-            ));
-        }
-        out = B::float_add(out, B::float_cast(c, options.out_dtype));
-    }
-    if let Some(bias) = options.bias {
-        check_bias::<B>(&bias, out_shape[1])?;
-        out = crate::ops::row_broadcast::add_bias_rows::<B>(out, B::float_cast(bias, options.out_dtype));
-    }
-    Ok(out)
 }
 
 /// Which operands enter the product transposed: `a` stored `[batch, k, m]` for `Aᵀ`, `b` stored

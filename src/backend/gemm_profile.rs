@@ -1,5 +1,5 @@
 //! Where a cuBLASLt GEMM's host time goes: per-phase wall-clock totals of the calls made while
-//! profiling is on, so that a benchmark can print what one `lowp_gemm` costs the CPU and in which
+//! profiling is on, so that a benchmark can print what one `gemm_quantized` costs the CPU and in which
 //! step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
 //!
 //! Phases (`GemmPhase`), in the order one call runs them:
@@ -16,7 +16,7 @@
 //! * `Done`: CubeCL's stream waiting for ours (an event, or the DONE write and CubeCL's DONE wait
 //!   kernel);
 //! * `FromDeviceThread`: from the task's end back to the calling thread;
-//! * `Call`: the whole `lowp_gemm` call, all of the above included.
+//! * `Call`: the whole `gemm_quantized` call, all of the above included.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;

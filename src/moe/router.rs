@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LowpError;
 use crate::nn::fused::{self, Transposes};
-use crate::ops::row_reduce::{reduce_rows, RowReduction};
+use crate::backend::ops::rows::{reduce_rows, RowReduction};
 use crate::ops::token_routing::{expert_positions, top_k};
 use crate::ops::LowpLinear;
 use crate::quant::state_tensor::OptionalState;

@@ -14,7 +14,7 @@
 use burn::nn::{Embedding, RmsNorm, RotaryEncoding};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorCreationOptions, TensorPrimitive};
 
-use crate::backend::norm_act::NormSpec;
+use crate::backend::NormSpec;
 use crate::error::{LowpError, Result};
 pub use crate::ops::batched_matmul::Transposes;
 use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear, RopePositions};

@@ -1,5 +1,5 @@
 //! Batched matrix products `C[i] = op(A[i]) · op(B[i])` as one differentiable op whose backward
-//! runs the same product with transpose flags (`LowpBackend::lowp_batched_matmul`): cuBLASLt's
+//! runs the same product with transpose flags (`GemmOps::gemm_batched`): cuBLASLt's
 //! strided batch on CUDA, Burn's matmul elsewhere. Attention's `Q·Kᵀ` and `P·V`, the router's
 //! f32 logits and the tied LM head use it: Burn's CubeCL matmul ran them at 10-20 TFLOP/s on an
 //! H100 (`[256, 256, 64]` per head, N = 8 router columns), a sixth of the MoE step's GPU time.
@@ -15,20 +15,9 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
 pub use crate::backend::gemm::{batched_dims, Transposes};
+pub use crate::backend::ops::gemm::batched_matmul_reference;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-
-/// The product with Burn's ops (the default of `lowp_batched_matmul`).
-pub fn batched_matmul_reference<B: LowpBackend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-    t: Transposes,
-) -> Result<FloatTensor<B>> {
-    batched_dims(&a.shape(), &b.shape(), t)?;
-    let a = if t.a { B::float_swap_dims(a, 1, 2) } else { a };
-    let b = if t.b { B::float_swap_dims(b, 1, 2) } else { b };
-    Ok(B::float_matmul(a, b))
-}
 
 /// `op(a) · op(b)` for rank-3 `a`, `b` of one float dtype.
 pub fn batched_matmul<B: LowpBackend>(
@@ -44,7 +33,7 @@ pub fn batched_matmul<B: LowpBackend>(
             "both operands have one float dtype",
         ));
     }
-    B::lowp_batched_matmul(a, b, t)
+    B::gemm_batched(a, b, t)
 }
 
 /// The product again, in backward: shapes were checked in forward, so a failure is a bug.

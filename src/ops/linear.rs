@@ -20,9 +20,9 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 use super::grouped_linear::{GroupedLinearOp, InputRows};
 use crate::backend::activation::ActivationSpec;
 use super::grouped_rows::RowMove;
-use crate::backend::norm_act::NormSpec;
+use crate::backend::NormSpec;
 use crate::backend::{
-    AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, LowpBackend,
+    AmaxHistoryColumns, GemmCall, GemmKind, GemmOptions, GroupLayout, GroupedOps, LowpBackend,
     ScaleColumns,
 };
 use crate::error::{LowpError, Result};
@@ -54,7 +54,7 @@ impl<Q: LowpBackend> fmt::Debug for AmaxSink<Q> {
 impl<Q: LowpBackend> AmaxSink<Q> {
     /// The history columns a cast on this backend records into itself, if it can.
     pub fn in_place(&self) -> Option<AmaxHistoryColumns<Q>> {
-        Q::delayed_amax_in_place().then(|| AmaxHistoryColumns {
+        Q::quantize_delayed_amax_in_place().then(|| AmaxHistoryColumns {
             history: (self.history)(),
             first: self.first,
             stride: self.stride,
@@ -63,7 +63,7 @@ impl<Q: LowpBackend> AmaxSink<Q> {
 
     /// After a cast of `groups` groups: records its amaxes with tensor ops unless the cast did.
     pub fn after_cast(&self, q: &QuantizedTensor<Q>, usage: Usage, groups: usize) -> Result<()> {
-        if Q::delayed_amax_in_place() {
+        if Q::quantize_delayed_amax_in_place() {
             return Ok(());
         }
         let direction = if usage.rowwise {
@@ -73,7 +73,7 @@ impl<Q: LowpBackend> AmaxSink<Q> {
         };
         if let Some(amax) = q.quantized(direction)?.amax.as_ref() {
             (self.record)(Q::float_reshape(
-                Q::float_from_bytes(amax, [1, groups]),
+                Q::bytes_as_float(amax, [1, groups]),
                 Shape::new([groups]),
             ));
         }
@@ -151,9 +151,9 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
 impl<Q: LowpBackend> OperandQuantizer<Q> {
     /// The activation of `h` (`spec`) quantized by this quantizer without the activation's
     /// output in memory, where the backend fuses the activation into its FP8 cast:
-    /// - delayed scaling, one pass (`LowpBackend::lowp_activation_quantize_fp8_with_scale`);
+    /// - delayed scaling, one pass (`LowpBackend::act_quantize_fp8_with_scale`);
     /// - current scaling, an amax pass over the activation and then the cast
-    ///   (`lowp_activation_quantize_fp8_current`). It reads `h` twice and computes the activation
+    ///   (`act_quantize_fp8_current`). It reads `h` twice and computes the activation
     ///   twice, where the activation pass and the cast read `h`, write the output and read it
     ///   back. It measured slower with the earlier activation kernels (`tanhf`, IEEE division,
     ///   integer bf16 rounding; gelu at 8192 x 16384: 423 us against 388 us on an H200,
@@ -172,7 +172,7 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
     ) -> Result<Option<QuantizedTensor<Q>>> {
         match (&self.spec, &self.delayed) {
             (QuantizerSpec::Fp8Delayed(_), Some(d)) => {
-                let q = Q::lowp_activation_quantize_fp8_with_scale(
+                let q = Q::act_quantize_fp8_with_scale(
                     h,
                     spec,
                     d.fp8,
@@ -185,7 +185,7 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
                 }
                 Ok(q)
             }
-            (QuantizerSpec::Fp8Current { .. }, _) => Q::lowp_activation_quantize_fp8_current(
+            (QuantizerSpec::Fp8Current { .. }, _) => Q::act_quantize_fp8_current(
                 h,
                 spec,
                 &self.spec.format_config(Some(self.seed))?,
@@ -524,7 +524,7 @@ macro_rules! forward_only_linear {
                 super::grouped_linear::grouped_linear_forward_only(x, input_rows, w, bias, layout, op)
             }
             fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<Self>> {
-                <Self as LowpBackend>::group_layout(m_splits, tokens)
+                <Self as GroupedOps<Self>>::grouped_layout(m_splits, tokens)
             }
             fn lowp_layernorm_mlp(inputs: super::layernorm_mlp::MlpInputs<FloatTensor<Self>>, op: super::layernorm_mlp::MlpOp<Self>) -> Result<(FloatTensor<Self>, QuantizedTensor<Self>, QuantizedTensor<Self>)> {
                 super::layernorm_mlp::layernorm_mlp_forward_only(inputs, op)
@@ -548,7 +548,7 @@ pub(crate) fn fprop<Q: LowpBackend>(
     options: GemmOptions<Q>,
 ) -> Result<FloatTensor<Q>> {
     let (Some(debug), Some((x, w))) = (debug, originals) else {
-        return Q::lowp_gemm(GemmKind::Fprop, qx, qw, options);
+        return Q::gemm_quantized(GemmKind::Fprop, qx, qw, options);
     };
     debug.observe(TensorKind::Activation, x, Some(qx))?;
     debug.observe(TensorKind::Weight, w, Some(qw))?;
@@ -568,7 +568,7 @@ pub(crate) fn fprop<Q: LowpBackend>(
         },
         options.out_dtype,
     )?;
-    let y = Q::lowp_gemm(GemmKind::Fprop, &a, &b, options)?;
+    let y = Q::gemm_quantized(GemmKind::Fprop, &a, &b, options)?;
     debug.observe::<Q>(TensorKind::Output, &y, None)?;
     Ok(y)
 }
@@ -671,7 +671,7 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for LinearBackward<N> {
         // dbias and, where fused, dY's amax for its FP8 current-scaling cast, in one read of dY.
         let dy_amax = match (node_bias, ops.state.bias_dtype) {
             (Some(node), Some(dtype)) => {
-                let (dbias, amax) = Q::lowp_dbias_amax(dy.clone()).expect("dbias of dY [rows, cols]");
+                let (dbias, amax) = Q::act_dbias_amax(dy.clone()).expect("dbias of dY [rows, cols]");
                 grads.register::<Q>(node.id, Q::float_cast(dbias, dtype));
                 amax
             }
@@ -744,7 +744,7 @@ pub(crate) fn dgrad_and_wgrad<'a, Q: LowpBackend>(
     .into_iter()
     .flatten()
     .collect();
-    let mut outputs = Q::lowp_gemm_group(calls)
+    let mut outputs = Q::gemm_group(calls)
         .expect("backward GEMMs (shapes checked in forward)")
         .into_iter();
     let dx = dgrad.and_then(|_| outputs.next());
@@ -816,7 +816,7 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
     }
 
     fn lowp_group_layout(m_splits: IntTensor<Self>, tokens: usize) -> Result<GroupLayout<B>> {
-        B::group_layout(m_splits, tokens)
+        B::grouped_layout(m_splits, tokens)
     }
 
     fn lowp_layernorm_mlp(

@@ -3,6 +3,7 @@
 pub mod activation_op;
 pub mod attention_op;
 pub mod batched_matmul;
+mod delayed_update;
 pub mod grouped_linear;
 pub mod grouped_rows;
 pub mod layernorm_mlp;
@@ -12,7 +13,6 @@ pub mod rope_op;
 pub mod softmax_op;
 pub mod token_routing;
 pub mod row_broadcast;
-pub mod row_reduce;
 
 pub use grouped_linear::{
     BackwardErrors, GroupedDelayed, GroupedLinearOp, GroupedQuantizer, GroupedWeight,

@@ -196,7 +196,7 @@ pub fn check_amax_over_many_chunks_per_unit<B: LowpBackend>(device: &B::Device, 
             let x = HostMatrix::new("input", rows, cols, dtype, values).unwrap();
             let context = format!("fp8 current {} [{rows}, {cols}], largest at {at}", dtype.name());
             let reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
-            let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, false)
+            let ours = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::ROWWISE, false)
                 .unwrap_or_else(|e| panic!("{context}: {e}"));
             assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
             cases += 1;
@@ -246,7 +246,7 @@ fn quantize_cases_match_reference<B: LowpBackend>(
                     let context = format!("{name} {} [{rows}, {cols}] {usage:?}", dtype.name());
                     let reference = quantize(&x, &config, usage).unwrap();
                     let ours =
-                        B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
+                        B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, usage, false)
                             .unwrap_or_else(|e| panic!("{context}: {e}"));
                     assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                     cases += 1;
@@ -272,14 +272,14 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                 let mut reference = quantize(&x, &config, Usage::BOTH).unwrap();
                 // optimize_for_gemm writes swizzled scales from the kernel ...
                 let direct =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, true)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, true)
                         .unwrap();
                 // ... the standalone kernels swizzle compact ones and undo it.
                 let compact =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
                         .unwrap();
-                let swizzled = B::swizzle_scales(compact).unwrap();
-                let unswizzled = B::unswizzle_scales(swizzled.clone()).unwrap();
+                let swizzled = B::quantize_swizzle_scales(compact).unwrap();
+                let unswizzled = B::quantize_unswizzle_scales(swizzled.clone()).unwrap();
                 assert_bit_equal(
                     &unswizzled.to_host().unwrap(),
                     &reference,
@@ -300,7 +300,7 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                 let mut reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
                 reference.swizzle_scales().unwrap();
                 let direct =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, true)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::ROWWISE, true)
                         .unwrap();
                 assert_bit_equal(
                     &direct.to_host().unwrap(),
@@ -321,7 +321,7 @@ pub fn check_dequantize_matches_reference<B: LowpBackend>(
             let (rows, cols) = shapes(&config)[1];
             let x = input(rows, cols, dtype, 77);
             let reference = quantize(&x, &config, Usage::BOTH).unwrap();
-            let q = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+            let q = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
                 .unwrap();
             for direction in [Direction::Rowwise, Direction::Columnwise] {
                 let context = format!("{name} {} {direction:?} dequantize", dtype.name());
@@ -332,7 +332,7 @@ pub fn check_dequantize_matches_reference<B: LowpBackend>(
                     .map(|v| v.to_bits())
                     .collect();
                 let got: Vec<u32> =
-                    crate::common::read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap())
+                    crate::common::read_f32::<B>(B::quantize_dequantize(&q, direction).unwrap())
                         .iter()
                         .map(|v| v.to_bits())
                         .collect();
@@ -356,7 +356,7 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
                 let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
                 // The scale read in place from column 3 of a module's scales.
                 let ours = B::quantize_fp8_with_scale(
-                    B::float_from_host(&x, device),
+                    B::bytes_float_from_host(&x, device),
                     fp8,
                     scale_state::<B>(&[scale], 3, 1, device),
                     Usage::BOTH,
@@ -371,21 +371,21 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
     // grouped).
     let x = input(96, 160, InputDtype::F32, 5);
     let narrow = ScaleColumns { first: 2, ..scale_state::<B>(&[1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, Usage::BOTH, None)
+    let err = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, narrow, Usage::BOTH, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("scales") && err.contains("2 + g * 1"), "{err}");
     let (x, groups) = grouped_input(&[64, 64], 128, 128, InputDtype::F32, 7);
     let device_groups = Groups::<B>::from_host(groups, x.rows, device).unwrap();
     let narrow = ScaleColumns { stride: 3, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, &device_groups,
+    let err = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, narrow, &device_groups,
         Usage::BOTH, GroupScaling::PerGroup, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("scales") && err.contains("for 2 groups"), "{err}");
     // A stride whose columns overflow the index range is the same error, not a panic.
     let huge = ScaleColumns { stride: usize::MAX, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, huge, &device_groups,
+    let err = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, huge, &device_groups,
         Usage::BOTH, GroupScaling::PerGroup, None)
         .unwrap_err()
         .to_string();
@@ -406,7 +406,7 @@ fn scale_state<B: LowpBackend>(scales: &[f32], first: usize, stride: usize, devi
 
 /// An f32 `[rows, cols]` tensor of backend `B` from host values.
 fn f32_tensor<B: LowpBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> burn::tensor::ops::FloatTensor<B> {
-    B::float_from_host(&HostMatrix::new("f32", rows, cols, InputDtype::F32, values).unwrap(), device)
+    B::bytes_float_from_host(&HostMatrix::new("f32", rows, cols, InputDtype::F32, values).unwrap(), device)
 }
 
 /// The largest |v| of `values`, NaN counted as 0 (the casts' amax rule), computed here.
@@ -414,7 +414,7 @@ fn host_amax(values: &[f32]) -> f32 {
     values.iter().map(|v| if v.is_nan() { 0.0 } else { v.abs() }).fold(0.0f32, f32::max)
 }
 
-/// Delayed casts on a backend that records in place (`delayed_amax_in_place`) fold each group's
+/// Delayed casts on a backend that records in place (`quantize_delayed_amax_in_place`) fold each group's
 /// amax into its column of the history's row 0 with a maximum (a second cast, the next
 /// micro-batch, keeps the larger) and write nothing else: plain, grouped (columns `1 + 3g`, an
 /// empty group among them) and padded grouped casts, and a history made by `zeros`. The amaxes
@@ -422,7 +422,7 @@ fn host_amax(values: &[f32]) -> f32 {
 /// NdArray records with tensor ops instead (`tests/recipes.rs` checks that path).
 pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     use burn_lowp::backend::{AmaxHistoryColumns, GroupedFp8Scaling};
-    if !B::delayed_amax_in_place() {
+    if !B::quantize_delayed_amax_in_place() {
         return;
     }
     let (len, width) = (4usize, 16usize);
@@ -438,7 +438,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         let mut expected = prefill.clone();
         for seed in [3u64, 4] {
             let x = input(96, 160, dtype, seed);
-            B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
+            B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
             expected[5] = expected[5].max(host_amax(&x.values));
             assert_eq!(read_f32::<B>(history.clone()), expected, "plain delayed cast, {} seed {seed}", dtype.name());
         }
@@ -450,7 +450,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
         let mut expected = prefill.clone();
         for shared in [GroupScaling::PerGroup, GroupScaling::Shared] {
-            B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E5M2, scales.clone(), &device_groups,
+            B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E5M2, scales.clone(), &device_groups,
                 Usage::ROWWISE, shared, record(&history, 1, 3)).unwrap();
         }
         for (g, group) in groups.iter().enumerate() {
@@ -464,10 +464,10 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
         let scaling = GroupedFp8Scaling::Delayed { fp8: Fp8Format::E4M3, scales: scales.clone(), record: record(&history, 2, 2) };
-        B::quantize_fp8_grouped_padded(B::float_from_host(&packed, device), &layout, scaling, Usage::BOTH, GroupScaling::PerGroup).unwrap();
+        B::grouped_quantize_fp8_padded(B::bytes_float_from_host(&packed, device), &layout, scaling, Usage::BOTH, GroupScaling::PerGroup).unwrap();
         let mut expected = prefill.clone();
         let mut start = 0usize;
         for (g, &n) in splits.iter().enumerate() {
@@ -481,14 +481,14 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
     // CUDA), as a module's state starts.
     let zeros = B::float_zeros(burn::tensor::Shape::new([1024, 3]), device, burn::tensor::FloatDType::F32);
     let x = input(96, 160, InputDtype::F32, 6);
-    B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
+    B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
     let mut expected = vec![0.0f32; 1024 * 3];
     expected[2] = host_amax(&x.values);
     assert_eq!(read_f32::<B>(zeros), expected, "delayed cast into a zeros history");
     // A history that cannot hold the columns is an error, not a write past its row.
     let history = f32_tensor::<B>(prefill.clone(), len, width, device);
     let x = input(96, 160, InputDtype::F32, 5);
-    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::BOTH, record(&history, width, 1))
+    let err = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::BOTH, record(&history, width, 1))
         .unwrap_err()
         .to_string();
     assert!(err.contains("amax history"), "{err}");
@@ -503,13 +503,13 @@ pub fn check_dropped_group_layout_leaves_reads_working<B: LowpBackend>(device: &
             burn::tensor::TensorData::new(vec![0i64, 200, 37, 63], [4]),
             device,
         );
-        drop(B::group_layout(m_splits.into_primitive(), 300).unwrap());
+        drop(B::grouped_layout(m_splits.into_primitive(), 300).unwrap());
         let values: Vec<f32> = (0..64).map(|i| i as f32).collect();
         assert_eq!(read_f32::<B>(f32_tensor::<B>(values.clone(), 4, 16, device)), values);
     }
 }
 
-/// `lowp_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
+/// `quantize_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
 /// (`delayed_update_by_ops`) bit for bit, new history and new scales: histories of 1, 2, 5,
 /// 1024 and 1100 rows (the twin's blocked max has a tail there), 1 to 70 slots, `max` and
 /// `most_recent`, with zero, infinite, subnormal (the scale overflows to f32::MAX) and ordinary
@@ -535,7 +535,7 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
                 let (h, s) = inputs();
                 let (h_ops, s_ops) = delayed_update_by_ops::<B>(h, s, numerator, most_recent).unwrap();
                 let (h, s) = inputs();
-                let (h_k, s_k) = B::lowp_delayed_update(h, s, numerator, most_recent).unwrap();
+                let (h_k, s_k) = B::quantize_delayed_update(h, s, numerator, most_recent).unwrap();
                 let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
                 let context = format!("history {len}x{width}, most_recent {most_recent}, numerator {numerator}");
                 assert_eq!(bits(read_f32::<B>(s_k)), bits(read_f32::<B>(s_ops)), "{context}: scales");
@@ -545,7 +545,7 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
         }
     }
     let wrong = B::float_reshape(f32_tensor::<B>(vec![1.0; 4], 1, 4, device), burn::tensor::Shape::new([4]));
-    assert!(B::lowp_delayed_update(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong.clone(), 448.0, false).is_err());
+    assert!(B::quantize_delayed_update(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong.clone(), 448.0, false).is_err());
     assert!(delayed_update_by_ops::<B>(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong, 448.0, false).is_err());
     println!("{cases} delayed-scaling updates equal their tensor-op twin");
 }
@@ -592,7 +592,7 @@ pub fn check_nvfp4_special_values_match_reference<B: LowpBackend>(device: &B::De
                 for usage in [Usage::BOTH, Usage::ROWWISE, Usage::COLUMNWISE] {
                     let context = format!("special values {name} {} inf {with_inf} {usage:?}", dtype.name());
                     let reference = quantize(&x, &config, usage).unwrap();
-                    let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
+                    let ours = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, usage, false)
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
                     assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                     cases += 1;
@@ -644,11 +644,11 @@ pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Devi
             for scale in [1.0f32, 0.5, 4.0] {
                 let context = format!("special values {fp8:?} scale {scale} {}", dtype.name());
                 let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
-                let scale_tensor = B::float_from_host(
+                let scale_tensor = B::bytes_float_from_host(
                     &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
                     device,
                 );
-                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, ScaleColumns::whole(scale_tensor), Usage::BOTH, None)
+                let ours = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, ScaleColumns::whole(scale_tensor), Usage::BOTH, None)
                     .unwrap_or_else(|e| panic!("{context}: {e}"));
                 assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                 cases += 1;
@@ -693,7 +693,7 @@ pub fn check_goldens<B: LowpBackend>(device: &B::Device, native_bf16: bool) {
         }
         let reference = quantize(&x, &config, Usage::BOTH).unwrap();
         let ours =
-            B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false).unwrap();
+            B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false).unwrap();
         assert_bit_equal(
             &ours.to_host().unwrap(),
             &reference,
@@ -723,7 +723,7 @@ pub fn check_bad_shapes_are_errors<B: LowpBackend>(device: &B::Device) {
     ];
     for (config, rows, cols, expect) in cases {
         let x = input(rows, cols, InputDtype::F32, 1);
-        let err = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+        let err = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
             .unwrap_err()
             .to_string();
         assert!(err.contains(expect), "{err}");
@@ -764,7 +764,7 @@ pub fn check_group_layout_matches_reference<B: LowpBackend>(device: &B::Device) 
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let context = format!("splits {splits:?} over {tokens} tokens");
         assert_eq!(layout.rows(), reference.rows, "{context}: rows");
         assert_eq!(ints::<B>(layout.row_group.clone()), reference.row_group, "{context}: row groups");
@@ -794,8 +794,8 @@ fn fp8_storage_bytes<B: LowpBackend>(q: &QuantizedTensor<B>, direction: Directio
     (codes, B::bytes_to_host(scales), amax, s.shared_scale)
 }
 
-/// `quantize_fp8_grouped_padded` (CubeBackend: the amax and cast kernels read the packed tokens
-/// through the layout's row map) equals its unfused twin, padding with `lowp_gather_rows` and
+/// `grouped_quantize_fp8_padded` (CubeBackend: the amax and cast kernels read the packed tokens
+/// through the layout's row map) equals its unfused twin, padding with `grouped_gather_rows` and
 /// then quantizing, bit for bit: codes of both directions, scales and amaxes, for current and
 /// delayed scaling, per-group and shared scales, E4M3 and E5M2, every dtype given; splits with
 /// empty groups and a column count that leaves partial tiles.
@@ -811,7 +811,7 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let groups = splits.len();
         let scales: Vec<f32> = (0..groups).map(|g| [0.5f32, 3.0, 2.0f32.powi(-9), 100.0][g % 4]).collect();
         for &dtype in dtypes {
@@ -831,9 +831,9 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
                     for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
                         for usage in [Usage::BOTH, Usage::ROWWISE] {
                             let context = format!("splits {splits:?}, {} {fp8:?} {scaling:?} {group_scaling:?} {usage:?}", dtype.name());
-                            let fused = B::quantize_fp8_grouped_padded(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                            let fused = B::grouped_quantize_fp8_padded(B::bytes_float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
                                 .unwrap_or_else(|e| panic!("{context}: {e}"));
-                            let twin = quantize_fp8_padded_after_move(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                            let twin = quantize_fp8_padded_after_move(B::bytes_float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
                                 .unwrap_or_else(|e| panic!("{context}: twin: {e}"));
                             assert_eq!((fused.rows, fused.cols), (layout.rows(), cols), "{context}: shape");
                             for direction in [Direction::Rowwise, Direction::Columnwise] {
@@ -860,9 +860,9 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
         burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
         device,
     );
-    let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
-    let wrong = B::float_from_host(&input(tokens + 16, 64, InputDtype::F32, 3), device);
-    let e = B::quantize_fp8_grouped_padded(
+    let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
+    let wrong = B::bytes_float_from_host(&input(tokens + 16, 64, InputDtype::F32, 3), device);
+    let e = B::grouped_quantize_fp8_padded(
         wrong,
         &layout,
         GroupedFp8Scaling::Current(Fp8CurrentScaling::new(Fp8Format::E4M3)),
@@ -890,13 +890,13 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         for &dtype in dtypes {
             let context = format!("splits {splits:?}, {}", dtype.name());
             let mut dy = input(tokens, cols, dtype, 31);
             dy.values[7] = f32::NAN; // skipped by the amax, carried by the sum
-            let packed = || B::float_from_host(&dy, device);
-            let aligned = B::lowp_gather_rows(packed(), layout.aligned_to_packed.clone());
+            let packed = || B::bytes_float_from_host(&dy, device);
+            let aligned = B::grouped_gather_rows(packed(), layout.aligned_to_packed.clone());
             let (sums_p, amax_p) = B::grouped_dbias_amax(packed(), InputRows::Packed, &layout, true).unwrap();
             let (sums_a, amax_a) = B::grouped_dbias_amax(aligned, InputRows::Aligned, &layout, true).unwrap();
             let floats = |t| {
@@ -935,7 +935,7 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
                 assert_eq!(B::bytes_to_host(&amax), B::bytes_to_host(&amax_a.unwrap()), "{context}: packed and aligned amaxes");
                 let config = Fp8CurrentScaling::new(Fp8Format::E4M3);
                 for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
-                    let fused = B::quantize_fp8_grouped_padded(packed(), &layout,
+                    let fused = B::grouped_quantize_fp8_padded(packed(), &layout,
                         GroupedFp8Scaling::CurrentFromAmax { config, amax: amax.clone() }, Usage::BOTH, group_scaling).unwrap();
                     let twin = quantize_fp8_padded_after_move(packed(), &layout, GroupedFp8Scaling::Current(config), Usage::BOTH, group_scaling).unwrap();
                     let defined = host.groups.iter().map(|g| g.start + g.len).max().unwrap_or(0) * cols;
@@ -950,7 +950,7 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
     println!("grouped dbias and amaxes match the reference");
 }
 
-/// `lowp_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
+/// `grouped_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
 /// copy), for every dtype given; rows of a whole number of 32-bit words take the row-gather kernel
 /// on CubeBackend, odd f16 rows Burn's `select`.
 pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
@@ -959,8 +959,8 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     for &dtype in dtypes {
         for cols in [64, 3] {
             let t = input(rows, cols, dtype, 11);
-            let got = B::lowp_gather_rows(
-                B::float_from_host(&t, device),
+            let got = B::grouped_gather_rows(
+                B::bytes_float_from_host(&t, device),
                 burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
                     burn::tensor::TensorData::new(index.clone(), [index.len()]),
                     device,
@@ -984,7 +984,7 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     }
 }
 
-/// `lowp_group_epilogue` scales group g's rows by `scale_a[g] * scale_b[g]` (rounded to the dtype,
+/// `grouped_epilogue` scales group g's rows by `scale_a[g] * scale_b[g]` (rounded to the dtype,
 /// rows of no group by 0), adds bias row `g` to them and a zero bias to padding and tail rows (-0
 /// becomes +0), the sum rounded once to the dtype (nearest even), and, gathered, gives y row
 /// `index[r]`'s result as row r: bit for bit against the host, for every combination.
@@ -999,7 +999,7 @@ pub fn check_group_epilogue_matches_reference<B: LowpBackend>(device: &B::Device
             .into_primitive()
     };
     let f32s = |v: &[f32]| {
-        let m = B::float_from_host(&HostMatrix::new("scales", 1, v.len(), InputDtype::F32, v.to_vec()).unwrap(), device);
+        let m = B::bytes_float_from_host(&HostMatrix::new("scales", 1, v.len(), InputDtype::F32, v.to_vec()).unwrap(), device);
         B::float_reshape(m, burn::tensor::Shape::new([v.len()]))
     };
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -1015,11 +1015,11 @@ pub fn check_group_epilogue_matches_reference<B: LowpBackend>(device: &B::Device
                 [(true, false, false), (true, false, true), (false, true, false), (true, true, false), (true, true, true), (false, true, true)]
             {
                 let epilogue = GroupEpilogue {
-                    bias: with_bias.then(|| B::float_from_host(&bias, device)),
+                    bias: with_bias.then(|| B::bytes_float_from_host(&bias, device)),
                     scales: with_scales.then(|| (f32s(&scale_a), f32s(&scale_b))),
                     gather: gathered.then(|| ints(&index)),
                 };
-                let got = B::lowp_group_epilogue(B::float_from_host(&y, device), ints(&row_group), epilogue);
+                let got = B::grouped_epilogue(B::bytes_float_from_host(&y, device), ints(&row_group), epilogue);
                 let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
                 let out_rows = if gathered { index.len() } else { rows };
                 let context = format!("{dtype:?} cols {cols}, bias {with_bias}, scales {with_scales}, gathered {gathered}");
@@ -1083,7 +1083,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
                 &[Usage::BOTH]
             };
             for &usage in usages {
-                let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, usage, GroupScaling::PerGroup)
+                let q = B::grouped_quantize(B::bytes_float_from_host(&x, device), &device_groups, &config, usage, GroupScaling::PerGroup)
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
                 for (g, group) in groups.iter().enumerate() {
                     if group.len == 0 {
@@ -1101,7 +1101,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             // Read in place at columns 1 + 2g of a module's scales.
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
+            let q = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
                 &device_groups, Usage::BOTH, GroupScaling::PerGroup, None).unwrap();
             for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
                 let slice = HostMatrix::new("slice", group.len, cols, dtype,
@@ -1164,12 +1164,12 @@ pub fn check_grouped_shared_scale_matches_per_slice<B: LowpBackend>(device: &B::
         };
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let current = Fp8CurrentScaling::new(fp8);
-            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups,
+            let q = B::grouped_quantize(B::bytes_float_from_host(&x, device), &device_groups,
                 &FormatConfig::Fp8Current(current), Usage::BOTH, GroupScaling::Shared).unwrap();
             checked(q, fp8, current.scale_for(largest), &format!("shared current {fp8:?}"));
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             // The smallest of columns 1 + 2g, not of the decoys between them.
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
+            let q = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
                 &device_groups, Usage::BOTH, GroupScaling::Shared, None).unwrap();
             checked(q, fp8, 2.0f32.powi(-9), &format!("shared delayed {fp8:?}"));
         }

@@ -406,7 +406,7 @@ fn expert_operands<B: LowpBackend>(
     use burn_lowp::format::{grouped::uniform_groups, HostMatrix, InputDtype, Usage};
     let matrix = |rows: usize, w: usize| {
         let values = (0..rows * 256).map(|i| value(w, i)).collect();
-        B::float_from_host(&HostMatrix::new("operand", rows, 256, InputDtype::F32, values).unwrap(), device)
+        B::bytes_float_from_host(&HostMatrix::new("operand", rows, 256, InputDtype::F32, values).unwrap(), device)
     };
     let both = Usage {
         rowwise: true,
@@ -521,7 +521,7 @@ pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Devic
                     groups: &weight_groups,
                 };
                 let before = host_syncs();
-                let out = B::lowp_grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
+                let out = B::grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
                 let out = values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(out)));
                 let counts = host_syncs().since(&before);
                 (out, counts.exact_batches, counts.bound_batches, counts.split_reads)
@@ -542,8 +542,8 @@ pub fn check_grouped_exact_batches_equal_bound<B: LowpBackend>(device: &B::Devic
 }
 
 /// The pointer array on per-expert FP8 scales may leave its scale pass to the consumer (CUDA):
-/// `lowp_grouped_gemm_unscaled` then returns the unit-scale product and the operands' per-expert
-/// `scale_inv`, and `lowp_group_epilogue` with those scales gives the scaled GEMM's token rows bit
+/// `grouped_gemm_unscaled` then returns the unit-scale product and the operands' per-expert
+/// `scale_inv`, and `grouped_epilogue` with those scales gives the scaled GEMM's token rows bit
 /// for bit (fprop and dgrad) and zero padding rows; gathered with the layout's unpad map, the
 /// token rows in token order. Shared scales and BF16 leave nothing to the consumer.
 pub fn check_grouped_deferred_scales_equal_the_scale_pass<B: LowpBackend>(device: &B::Device) {
@@ -567,13 +567,13 @@ pub fn check_grouped_deferred_scales_equal_the_scale_pass<B: LowpBackend>(device
             let x_op = GroupedOperand { tensor: &qx, groups: &layout.groups };
             let w_op = GroupedOperand { tensor: &qw, groups: &weight_groups };
             let what = format!("{name} {scaling:?} {kind:?}");
-            let scaled = B::lowp_grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
-            let (unit, scales) = B::lowp_grouped_gemm_unscaled(kind, x_op, w_op, GemmOptions::default()).unwrap();
+            let scaled = B::grouped_gemm(kind, x_op, w_op, GemmOptions::default()).unwrap();
+            let (unit, scales) = B::grouped_gemm_unscaled(kind, x_op, w_op, GemmOptions::default()).unwrap();
             assert_eq!(scales.is_some(), deferred, "{what}: scales left to the consumer");
             let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
             let epilogue = |gather| GroupEpilogue { bias: None, scales: scales.clone(), gather };
             let finished = match &scales {
-                Some(_) => B::lowp_group_epilogue(unit.clone(), layout.row_group.clone(), epilogue(None)),
+                Some(_) => B::grouped_epilogue(unit.clone(), layout.row_group.clone(), epilogue(None)),
                 None => unit.clone(),
             };
             let (scaled, finished) = (floats(scaled), floats(finished));
@@ -590,7 +590,7 @@ pub fn check_grouped_deferred_scales_equal_the_scale_pass<B: LowpBackend>(device
                 }
             }
             if scales.is_some() {
-                let tokens_out = floats(B::lowp_group_epilogue(
+                let tokens_out = floats(B::grouped_epilogue(
                     unit,
                     layout.row_group.clone(),
                     epilogue(Some(layout.packed_to_aligned.clone())),
@@ -836,7 +836,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     // on any GPU of up to 170 multiprocessors (an H100 has 132).
     let (features, tokens) = (2048, 8096);
     let case = [4096i64, 4000];
-    let layout = B::group_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    let layout = B::grouped_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
     layout.check().unwrap();
     let filled = 8192;
     let unknown = Groups::<B> {
@@ -867,7 +867,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
                     groups: &weight_groups,
                 };
                 let path = B::grouped_gemm_path(kind, a, b);
-                let out = B::lowp_grouped_gemm(kind, a, b, GemmOptions::default()).unwrap();
+                let out = B::grouped_gemm(kind, a, b, GemmOptions::default()).unwrap();
                 (path, values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(out))))
             };
             let (known_path, known) = run(&layout.groups);
@@ -895,7 +895,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
 /// rows with E4M3 weights, per-expert scales), on the skewed splits with an empty expert, at
 /// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's cooperative kernels at
 /// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller
-/// (`lowp_grouped_gemm_unscaled`) stay the caller's: the unit-scale product and the epilogue give
+/// (`grouped_gemm_unscaled`) stay the caller's: the unit-scale product and the epilogue give
 /// the same token rows. On a GPU that is not sm_90 (`sm90` false) the setting falls back to the
 /// bound batch, which gives the same products.
 #[cfg(feature = "cuda")]
@@ -919,7 +919,7 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
     // Aligned groups of 384, 0, 128 and 256 rows: 6 chunks filled of the bound's 8.
     let case = [300i64, 0, 17, 195];
     let (tokens, experts, filled_rows) = (512, case.len(), 768);
-    let layout = B::group_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    let layout = B::grouped_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
     // Reads the splits (waits for their copy): the layout's groups are known on the host.
     layout.check().unwrap();
     assert_eq!(layout.rows(), 1024, "the bound of the case");
@@ -979,7 +979,7 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
                         groups,
                     };
                     let before = host_syncs();
-                    let out = floats(B::lowp_grouped_gemm(kind, a, w_op, options()).unwrap());
+                    let out = floats(B::grouped_gemm(kind, a, w_op, options()).unwrap());
                     let c = host_syncs().since(&before);
                     (out, (c.exact_batches, c.bound_batches, c.device_grouped_batches, c.split_reads))
                 };
@@ -1007,9 +1007,9 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
                         groups: &unknown,
                     };
                     let before = host_syncs();
-                    let (unit, scales) = B::lowp_grouped_gemm_unscaled(kind, a, w_op, options()).unwrap();
+                    let (unit, scales) = B::grouped_gemm_unscaled(kind, a, w_op, options()).unwrap();
                     assert!(scales.is_some(), "{what}: per-expert scales left to the caller");
-                    let finished = floats(B::lowp_group_epilogue(
+                    let finished = floats(B::grouped_epilogue(
                         unit,
                         layout.row_group.clone(),
                         GroupEpilogue {
@@ -1074,7 +1074,7 @@ pub fn check_grouped_split_copy_is_seen_once_arrived<B: LowpBackend>(device: &B:
         tensor: &qw,
         groups: &weight_groups,
     };
-    let _ = B::lowp_grouped_gemm(GemmKind::Fprop, x_op, w_op, GemmOptions::default()).unwrap();
+    let _ = B::grouped_gemm(GemmKind::Fprop, x_op, w_op, GemmOptions::default()).unwrap();
     B::sync(device).unwrap();
     let counts = host_syncs().since(&before);
     assert_eq!(

@@ -233,7 +233,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
     for (name, act, weight, bound, cuda_paths) in cases {
         let q = |h: &HostMatrix, spec: &QuantizerSpec| {
             quantize::<B>(
-                B::float_from_host(h, device),
+                B::bytes_float_from_host(h, device),
                 spec,
                 Usage::BOTH,
                 false,
@@ -248,7 +248,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                 f64s(&crate::common::read_f32::<B>(h.clone()))
             }
             _ => f64s(&crate::common::read_f32::<B>(
-                B::lowp_dequantize(t, d).unwrap(),
+                B::quantize_dequantize(t, d).unwrap(),
             )),
         };
         for (ki, kind) in [GemmKind::Fprop, GemmKind::Dgrad, GemmKind::Wgrad]
@@ -270,7 +270,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
                     "{name} {kind:?}: path {path:?}, expected {expected:?}"
                 ));
             }
-            let got = match B::lowp_gemm(kind, a, b, GemmOptions::default()) {
+            let got = match B::gemm_quantized(kind, a, b, GemmOptions::default()) {
                 Ok(t) => crate::common::read_f32::<B>(t),
                 Err(e) => {
                     failures.push(format!("{name} {kind:?} ({path:?}): {e}"));
@@ -325,13 +325,13 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
 
             // BF16 output with accumulate-into: D = A·B + C, rounded once to BF16.
             let c = matrix(rows, cols, 4 + ki as u64);
-            let summed = B::lowp_gemm(
+            let summed = B::gemm_quantized(
                 kind,
                 a,
                 b,
                 GemmOptions {
                     out_dtype: FloatDType::BF16,
-                    accumulate: Some(B::float_from_host(&c, device)),
+                    accumulate: Some(B::bytes_float_from_host(&c, device)),
                     split_accumulator: None,
                     bias: None,
                 },
@@ -353,8 +353,8 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
             // GEMM for FP8 block scaling and elsewhere (rounded twice: 2^-8 of each, the product
             // and the sum, on top of the GEMM's own bound).
             let bias = matrix(1, cols, 7 + ki as u64);
-            let bias_tensor = B::float_reshape(B::float_from_host(&bias, device), Shape::new([cols]));
-            let biased = B::lowp_gemm(
+            let bias_tensor = B::float_reshape(B::bytes_float_from_host(&bias, device), Shape::new([cols]));
+            let biased = B::gemm_quantized(
                 kind,
                 a,
                 b,
@@ -375,7 +375,7 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
         }
         // A backward's dgrad and wgrad as one group (on CUDA: one handshake, two streams, the
         // BF16 output's cast queued after the group) equal the same GEMMs called one by one.
-        let group = B::lowp_gemm_group(vec![
+        let group = B::gemm_group(vec![
             GemmCall {
                 kind: GemmKind::Dgrad,
                 a: &qdy,
@@ -395,8 +395,8 @@ pub fn check_gemms<B: LowpBackend>(device: &B::Device, exactness: Exactness) {
             },
         ]);
         let alone = [
-            B::lowp_gemm(GemmKind::Dgrad, &qdy, &qw, GemmOptions::default()),
-            B::lowp_gemm(
+            B::gemm_quantized(GemmKind::Dgrad, &qdy, &qw, GemmOptions::default()),
+            B::gemm_quantized(
                 GemmKind::Wgrad,
                 &qdy,
                 &qx,
@@ -541,7 +541,7 @@ pub fn check_bias_gradient<B: LowpBackend>(device: &B::Device) {
     let x = Tensor::<AD<B>, 2>::random([rows, 16], Distribution::Normal(0.0, 1.0), device);
     let dy = matrix(rows, features, 9);
     let grads = (linear.forward(x).unwrap()
-        * Tensor::<AD<B>, 2>::from_inner(f32_tensor(B::float_from_host(&dy, device))))
+        * Tensor::<AD<B>, 2>::from_inner(f32_tensor(B::bytes_float_from_host(&dy, device))))
     .sum()
     .backward();
     let got = values(linear.bias.as_ref().unwrap().grad(&grads).unwrap());
@@ -907,7 +907,7 @@ where
             )
             .unwrap();
             let y: Tensor<B, 2> = f32_tensor(
-                B::lowp_gemm(GemmKind::Fprop, &qx, &qw, GemmOptions::default()).unwrap(),
+                B::gemm_quantized(GemmKind::Fprop, &qx, &qw, GemmOptions::default()).unwrap(),
             );
             sum = sum * 0.5 + y;
         }
@@ -1048,7 +1048,7 @@ pub fn check_gemm_tuning_file_reuses_algorithms<B: LowpBackend>(device: &B::Devi
                     quantize::<B>(t.clone().into_primitive().tensor(), spec, Usage::ROWWISE, false, &call).unwrap()
                 };
                 values(f32_tensor::<B, 2>(
-                    B::lowp_gemm(GemmKind::Fprop, &q(&x), &q(&w), GemmOptions::default()).unwrap(),
+                    B::gemm_quantized(GemmKind::Fprop, &q(&x), &q(&w), GemmOptions::default()).unwrap(),
                 ))
             })
             .collect()

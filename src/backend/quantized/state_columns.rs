@@ -10,7 +10,7 @@ use crate::error::{LowpError, Result};
 
 /// Row 0 of a module's delayed-scaling amax history `history [len, width]` (f32, columns one
 /// word apart; rows may be pitched), where a cast on a backend with
-/// `LowpBackend::delayed_amax_in_place` folds its amaxes in its own launch: group g's (a plain
+/// `LowpBackend::quantize_delayed_amax_in_place` folds its amaxes in its own launch: group g's (a plain
 /// tensor's: g = 0) into column `first + g * stride`.
 #[derive(Clone, Debug)]
 pub struct AmaxHistoryColumns<B: Backend> {

@@ -1,8 +1,9 @@
-//! The elementwise passes of `LayerNormMLP` as backend operations: normalization forward and
-//! backward, activation forward and backward. `LowpBackend` gives them default bodies written with
-//! Burn tensor ops (below; NdArray uses them); `CubeBackend` runs the CubeCL kernels of
-//! `burn_lowp_kernels::{norm, activation}`, which also take the amax of their output for an FP8
-//! current-scaling quantizer (saving its amax pass) and the bias gradient in the same pass.
+//! `ActivationOps`: LayerNormMLP's activation (TE's set, `ActivationSpec`) forward and backward,
+//! the activation fused into the FP8 cast of its output (delayed and current scaling), and a
+//! Linear's bias gradient with dY's amax from one read. On CubeCL backends each is one pass that
+//! also takes the amax of its output and the bias gradient where asked; the defaults are Burn
+//! tensor ops in f32 (`activation_forward_reference`, `activation_backward_reference`, below),
+//! which NdArray runs and the kernels are tested against, and no fused cast.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -10,113 +11,90 @@ use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
 
 use burn_lowp_kernels::activation::ActFn;
 
-use super::float_dtype;
-use crate::backend::activation::ActivationSpec;
+use super::rows::column_sum;
+use crate::backend::activation::{Activation, ActivationOutput, ActivationSpec};
+use crate::backend::{float_dtype, AmaxHistoryColumns, LowpBackend, QuantizedTensor, ScaleColumns};
+use crate::error::Result;
+use crate::format::{FormatConfig, Fp8Format, Usage};
 
-/// How to normalize: LayerNorm or RMSNorm, ε, and whether γ is stored as γ - 1.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct NormSpec {
-    pub rms: bool,
-    pub eps: f64,
-    pub zero_centered_gamma: bool,
-}
+pub trait ActivationOps<B: LowpBackend> {
+    /// The activation of `h [rows, F']`, `[rows, F]` (`F' = 2F` when gated); its amax when
+    /// `want_amax` and the backend fuses it.
+    fn act_forward(
+        h: FloatTensor<B>,
+        spec: &ActivationSpec,
+        _want_amax: bool,
+    ) -> Result<ActivationOutput<FloatTensor<B>, B::Bytes>> {
+        Ok(ActivationOutput {
+            y: activation_forward_reference::<B>(h, spec),
+            amax: None,
+            dbias: None,
+        })
+    }
 
-/// The norm forward's results: `y` in x's dtype, per-row f32 `mean` (0 for RMSNorm) and `rstd`,
-/// and the amax of `y` (f32 bits on the device) when asked for and the backend fuses it.
-pub struct NormForward<T, A> {
-    pub y: T,
-    pub mean: T,
-    pub rstd: T,
-    pub amax: Option<A>,
-}
+    /// The activation's backward: `dh [rows, F']` from `dy [rows, F]` and `h`; its amax when
+    /// `want_amax` and fused; the f32 bias gradient `Σ_rows dh` when `want_dbias`.
+    fn act_backward(
+        dy: FloatTensor<B>,
+        h: FloatTensor<B>,
+        spec: &ActivationSpec,
+        _want_amax: bool,
+        want_dbias: bool,
+    ) -> Result<ActivationOutput<FloatTensor<B>, B::Bytes>> {
+        let r = activation_backward_reference::<B>(dy, h, spec, want_dbias);
+        Ok(ActivationOutput {
+            y: r.y,
+            amax: None,
+            dbias: r.dbias,
+        })
+    }
 
-/// The norm backward's results: dx in dy's dtype, f32 dγ and dβ (`[cols]`).
-pub struct NormBackward<T> {
-    pub dx: T,
-    pub dgamma: T,
-    pub dbeta: Option<T>,
-}
+    /// A LayerNormMLP's fc2 input under FP8 delayed scaling in one pass where the backend fuses
+    /// it: the activation of `h [rows, F']` quantized with the given scale as
+    /// `QuantizeOps::quantize_fp8_with_scale` does (recording the amax into `record` where
+    /// `quantize_delayed_amax_in_place`), in the representations of `usage`, bit for bit
+    /// `act_forward` followed by `quantize_fp8_with_scale` on its output, without that output in
+    /// memory. `None` where the backend has no such kernel: the caller runs the two. The default
+    /// has none.
+    fn act_quantize_fp8_with_scale(
+        _h: FloatTensor<B>,
+        _spec: &ActivationSpec,
+        _fp8: Fp8Format,
+        _scale: ScaleColumns<B>,
+        _usage: Usage,
+        _record: Option<AmaxHistoryColumns<B>>,
+    ) -> Result<Option<QuantizedTensor<B>>> {
+        Ok(None)
+    }
 
-/// The activation's results: the output (or dh), its amax when fused, and (backward) the f32
-/// bias gradient `Σ_rows dh`.
-pub struct ActivationOutput<T, A> {
-    pub y: T,
-    pub amax: Option<A>,
-    pub dbias: Option<T>,
+    /// A LayerNormMLP's fc2 input under FP8 current scaling (`config`, a
+    /// `FormatConfig::Fp8Current`) without the activation's output in memory, where the backend
+    /// fuses it: an amax pass over the activation of `h`, then the cast applying the activation
+    /// itself; bit for bit `act_forward` (with its amax) followed by
+    /// `QuantizeOps::quantize_fp8_current_with_amax`. `None` where the backend has no such
+    /// kernels: the caller runs the two. The default has none.
+    fn act_quantize_fp8_current(
+        _h: FloatTensor<B>,
+        _spec: &ActivationSpec,
+        _config: &FormatConfig,
+        _usage: Usage,
+    ) -> Result<Option<QuantizedTensor<B>>> {
+        Ok(None)
+    }
+
+    /// A Linear's bias gradient `Σ_rows dy` of `dy [rows, cols]` (`[cols]`, in dy's dtype or
+    /// f32; the caller casts it to the bias's dtype) and, where fused, `max |dy|` from the same
+    /// read (f32 bits), which FP8 current scaling of dY then uses instead of its own amax pass
+    /// (`OperandQuantizer::quantize_with_amax`): the backward of the identity activation with
+    /// its bias gradient and amax. The default sums with Burn ops (`column_sum`) and takes no
+    /// amax.
+    fn act_dbias_amax(dy: FloatTensor<B>) -> Result<(FloatTensor<B>, Option<B::Bytes>)> {
+        Ok((column_sum::<B>(dy), None))
+    }
 }
 
 fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-/// `γ` as applied: `γ + 1` when stored zero-centered, in f32.
-fn applied_gamma<B: Backend>(gamma: FloatTensor<B>, spec: &NormSpec) -> Tensor<B, 2> {
-    let g = tensor::<B, 1>(gamma).cast(FloatDType::F32);
-    let g = if spec.zero_centered_gamma { g + 1.0 } else { g };
-    g.unsqueeze::<2>()
-}
-
-/// Norm forward with Burn ops, in f32 (the reference the kernels are tested against).
-pub fn norm_forward_reference<B: Backend>(
-    x: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    beta: Option<FloatTensor<B>>,
-    spec: &NormSpec,
-) -> NormForward<FloatTensor<B>, ()> {
-    let x = tensor::<B, 2>(x);
-    let dtype = float_dtype(x.dtype());
-    let x = x.cast(FloatDType::F32);
-    let [rows, _] = x.dims();
-    let mean = if spec.rms {
-        Tensor::zeros([rows, 1], &x.device())
-    } else {
-        x.clone().mean_dim(1)
-    };
-    let centered = x - mean.clone();
-    let var = centered.clone().powi_scalar(2).mean_dim(1);
-    let rstd = (var + spec.eps).sqrt().recip();
-    let mut y = centered * rstd.clone() * applied_gamma::<B>(gamma, spec);
-    if let (Some(beta), false) = (beta, spec.rms) {
-        y = y + tensor::<B, 1>(beta).cast(FloatDType::F32).unsqueeze::<2>();
-    }
-    NormForward {
-        y: y.cast(dtype).into_primitive().tensor(),
-        mean: mean.reshape([rows]).into_primitive().tensor(),
-        rstd: rstd.reshape([rows]).into_primitive().tensor(),
-        amax: None,
-    }
-}
-
-/// Norm backward with Burn ops, in f32.
-pub fn norm_backward_reference<B: Backend>(
-    dy: FloatTensor<B>,
-    x: FloatTensor<B>,
-    gamma: FloatTensor<B>,
-    mean: FloatTensor<B>,
-    rstd: FloatTensor<B>,
-    spec: &NormSpec,
-    beta: bool,
-) -> NormBackward<FloatTensor<B>> {
-    let dy = tensor::<B, 2>(dy);
-    let dtype = float_dtype(dy.dtype());
-    let dy = dy.cast(FloatDType::F32);
-    let x = tensor::<B, 2>(x).cast(FloatDType::F32);
-    let [rows, cols] = x.dims();
-    let mean = tensor::<B, 1>(mean).reshape([rows, 1]);
-    let rstd = tensor::<B, 1>(rstd).reshape([rows, 1]);
-    let xhat = (x - mean) * rstd.clone();
-    let g = dy.clone() * applied_gamma::<B>(gamma, spec);
-    let c1 = (g.clone() * xhat.clone()).sum_dim(1) / cols as f64;
-    let mut dx = g.clone() - xhat.clone() * c1;
-    if !spec.rms {
-        dx = dx - g.sum_dim(1) / cols as f64;
-    }
-    let dx = dx * rstd;
-    NormBackward {
-        dx: dx.cast(dtype).into_primitive().tensor(),
-        dgamma: (dy.clone() * xhat).sum_dim(0).reshape([cols]).into_primitive().tensor(),
-        dbeta: (beta && !spec.rms).then(|| dy.sum_dim(0).reshape([cols]).into_primitive().tensor()),
-    }
 }
 
 fn sigmoid<B: Backend>(x: Tensor<B, 2>) -> Tensor<B, 2> {
@@ -191,7 +169,7 @@ fn halves<B: Backend>(h: Tensor<B, 2>, gated: bool) -> (Tensor<B, 2>, Option<Ten
 
 fn gate<B: Backend>(g: Tensor<B, 2>, spec: &ActivationSpec) -> (Tensor<B, 2>, Tensor<B, 2>) {
     let p = spec.kernel_params();
-    if spec.activation == crate::backend::activation::Activation::ClampedSwiglu {
+    if spec.activation == Activation::ClampedSwiglu {
         let inside = g.clone().greater_equal_elem(-p.limit).float()
             * g.clone().lower_equal_elem(p.limit).float();
         (g.clamp(-p.limit, p.limit) + p.offset, inside)

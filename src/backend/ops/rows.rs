@@ -1,4 +1,5 @@
-//! Reductions over the rows of a tall `[rows, cols]` matrix that keep the GPU busy.
+//! Row reductions and broadcasts that several reference bodies share (the grouped, activation
+//! and quantize defaults, the GEMM bias add), with Burn tensor ops.
 //!
 //! Burn's `sum_dim(0)` / `max_dim(0)` give their CubeCL kernel one thread per group of columns,
 //! each looping over every row. On an H100 that took 1.86 ms to sum an 8192x8192 BF16 dY (about
@@ -7,7 +8,8 @@
 //! rows left over after the last whole block, are then reduced together.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::Tensor;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorPrimitive};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowReduction {
@@ -50,4 +52,29 @@ pub fn reduce_rows<B: Backend>(
         let tail = reduction.along(t.slice([head..rows, 0..cols]), 0);
         reduction.along(Tensor::cat(vec![blocks, tail], 0), 0)
     }
+}
+
+/// Rows summed per block in the first stage of `column_sum`.
+const BLOCK_ROWS: usize = 256;
+
+fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(t))
+}
+
+/// `Σ_rows t` of a `[rows, cols]` tensor, as `[cols]`. A BF16 sum is rounded twice (once per
+/// stage) instead of once.
+pub fn column_sum<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
+    let t = tensor::<B, 2>(t);
+    let cols = t.dims()[1];
+    reduce_rows(t, BLOCK_ROWS, RowReduction::Sum)
+        .reshape([cols])
+        .into_primitive()
+        .tensor()
+}
+
+/// `y + bias` broadcast over rows, on any backend (no autodiff of its own).
+pub fn add_bias_rows<B: Backend>(y: FloatTensor<B>, bias: FloatTensor<B>) -> FloatTensor<B> {
+    (tensor::<B, 2>(y) + tensor::<B, 1>(bias).unsqueeze::<2>())
+        .into_primitive()
+        .tensor()
 }

@@ -1,19 +1,21 @@
-//! `LowpBackend::lowp_adamw_step` on `CubeBackend`: one `burn_lowp_kernels::adamw` launch per
-//! parameter (after the f32 sum of squares of the gradient when clipping). Odd element counts
-//! of 16-bit parameters (a pair would straddle the tensor's end) and moments that are not f32
-//! take the Burn-op reference instead.
+//! `OptimOps` on `CubeBackend`: one `burn_lowp_kernels::adamw` launch per parameter (after the
+//! f32 sum of squares of the gradient when clipping). Odd element counts of 16-bit parameters (a
+//! pair would straddle the tensor's end) and moments that are not f32 take the Burn-op reference
+//! instead.
 
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
 use kernels::adamw::AdamWScalars;
 
-use super::cube::{elem_kind, prepare};
-use crate::optim::adamw::{adamw_step_reference, min_positive};
+use super::buffers::{elem_kind, prepare};
+use crate::backend::ops::optim::{adamw_step_reference, min_positive};
 use crate::backend::optim::{AdamWStep, AdamWTensors};
+use crate::backend::OptimOps;
 
-pub(super) fn adamw_step<R, F, I, BT>(
+fn adamw_step<R, F, I, BT>(
     param: CubeTensor<R>,
     grad: CubeTensor<R>,
     moments: Option<(CubeTensor<R>, CubeTensor<R>)>,
@@ -84,5 +86,19 @@ where
         param: tensor(out.param, param.dtype),
         moment_1: tensor(m, DType::F32),
         moment_2: tensor(v, DType::F32),
+    }
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> OptimOps<Self>
+    for CubeBackend<R, F, I, BT>
+{
+    /// One kernel per parameter (`kernels::adamw`, `cube_optim.rs`).
+    fn optim_adamw_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        step: &AdamWStep,
+    ) -> AdamWTensors<FloatTensor<Self>> {
+        adamw_step::<R, F, I, BT>(param, grad, moments, step)
     }
 }

@@ -1,30 +1,32 @@
-//! `LowpBackend`'s token routing on `CubeBackend` (`ops::token_routing`), through the kernels of
-//! `burn_lowp_kernels::token_routing`. Int tensors go to the kernels as i32 and come back in the
-//! backend's Int dtype; shapes the kernels do not take (odd widths, mixed dtypes) run the Burn-op
-//! references.
+//! `RoutingOps` on `CubeBackend`: an MoE layer's token routing through the kernels of
+//! `burn_lowp_kernels::token_routing`, one or a few launches per step. Int tensors go to the
+//! kernels as i32 and come back in the backend's Int dtype; shapes the kernels do not take (odd
+//! widths, mixed dtypes) run the Burn-op references.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{FloatTensorOps, IntTensorOps};
+use burn::tensor::ops::{FloatTensor, FloatTensorOps, IntTensor, IntTensorOps};
 use burn::tensor::{DType, FloatDType, IntDType, Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::{CubeBackend, CubeRuntime};
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
 use kernels::cubecl::server::Handle;
 use kernels::norm::WordMatrix;
 use kernels::token_routing as routing;
 
-use super::cube::{elem_kind, kernel_error, prepare};
-use super::cube_norm_act::{f32_tensor, like};
-use super::{GroupLayout, LowpBackend};
+use super::buffers::{elem_kind, f32_tensor, kernel_error, like, prepare};
+use crate::backend::ops::routing::{
+    check_assignments, check_routes, check_top_k, combine_rows_backward_reference,
+    combine_rows_reference, combine_weights_grad_reference,
+};
+use crate::backend::{GroupLayout, LowpBackend, RoutingOps, TokenRoutes};
 use crate::error::Result;
-use crate::ops::token_routing::{self as reference, TokenRoutes};
 
 /// Casts and layout helpers, whatever the backend's element types.
 type Plain<R> = CubeBackend<R, f32, i32, u32>;
 
 /// The backends whose tensors are `CubeTensor<R>`.
-pub(super) trait CubeTensors<R: CubeRuntime>:
+trait CubeTensors<R: CubeRuntime>:
     LowpBackend + Backend<FloatTensorPrimitive = CubeTensor<R>, IntTensorPrimitive = CubeTensor<R>>
 {
 }
@@ -65,20 +67,20 @@ fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> (usize, usize) {
     (dims[0], dims.get(1).copied().unwrap_or(0))
 }
 
-pub(super) fn top_k<R: CubeRuntime, B: CubeTensors<R>>(scores: CubeTensor<R>, k: usize, int: DType) -> Result<CubeTensor<R>> {
-    let (tokens, experts) = reference::check_top_k::<B>(&scores, k)?;
+fn top_k<R: CubeRuntime, B: CubeTensors<R>>(scores: CubeTensor<R>, k: usize, int: DType) -> Result<CubeTensor<R>> {
+    let (tokens, experts) = check_top_k::<B>(&scores, k)?;
     let scores = f32_prepared(scores);
     let index = routing::top_k(&scores.client, &scores.handle, tokens, experts, k)
         .map_err(kernel_error("router scores"))?;
     Ok(int_tensor(&scores, index, vec![tokens, k], int))
 }
 
-pub(super) fn expert_positions<R: CubeRuntime, B: CubeTensors<R>>(
+fn expert_positions<R: CubeRuntime, B: CubeTensors<R>>(
     expert: CubeTensor<R>,
     experts: usize,
     int: DType,
 ) -> Result<(CubeTensor<R>, CubeTensor<R>)> {
-    let n = reference::check_assignments::<B>(&expert, experts)?;
+    let n = check_assignments::<B>(&expert, experts)?;
     let expert = i32_contiguous(expert);
     let (m_splits, position) = routing::expert_positions(&expert.client, &expert.handle, n, experts)
         .map_err(kernel_error("assignments' experts"))?;
@@ -88,13 +90,13 @@ pub(super) fn expert_positions<R: CubeRuntime, B: CubeTensors<R>>(
     ))
 }
 
-pub(super) fn route_rows<R: CubeRuntime, B: CubeTensors<R>>(
+fn route_rows<R: CubeRuntime, B: CubeTensors<R>>(
     position: CubeTensor<R>,
     layout: &GroupLayout<B>,
     k: usize,
     int: DType,
 ) -> Result<TokenRoutes<B>> {
-    let n = reference::check_routes::<B>(&position, layout, k)?;
+    let n = check_routes::<B>(&position, layout, k)?;
     let position = i32_contiguous(position);
     let packed_to_aligned = i32_contiguous(layout.packed_to_aligned.clone());
     let aligned_to_packed = i32_contiguous(layout.aligned_to_packed.clone());
@@ -124,18 +126,18 @@ fn row_kernels_take(cols: usize, dtype: DType) -> bool {
     cols % 2 == 0 && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
-pub(super) fn combine<R: CubeRuntime, B: CubeTensors<R>>(
+fn combine<R: CubeRuntime, B: CubeTensors<R>>(
     y: CubeTensor<R>,
     weights: Option<CubeTensor<R>>,
     routes: &TokenRoutes<B>,
 ) -> Result<CubeTensor<R>> {
     let (rows, cols) = dims2(&y);
     if rows != routes.rows || !row_kernels_take(cols, y.dtype) {
-        return reference::combine_rows_reference::<B>(y, weights, routes);
+        return combine_rows_reference::<B>(y, weights, routes);
     }
     if let Some(w) = &weights {
         if w.shape().as_slice() != &[routes.tokens, routes.top_k][..] {
-            return reference::combine_rows_reference::<B>(y, weights, routes);
+            return combine_rows_reference::<B>(y, weights, routes);
         }
     }
     let kind = elem_kind(y.dtype, "expert rows")?;
@@ -155,14 +157,14 @@ pub(super) fn combine<R: CubeRuntime, B: CubeTensors<R>>(
     Ok(like(&y, out, [routes.tokens, cols]))
 }
 
-pub(super) fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
+fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
     dout: CubeTensor<R>,
     weights: Option<CubeTensor<R>>,
     routes: &TokenRoutes<B>,
 ) -> Result<CubeTensor<R>> {
     let (tokens, cols) = dims2(&dout);
     if tokens != routes.tokens || !row_kernels_take(cols, dout.dtype) {
-        return reference::combine_rows_backward_reference::<B>(dout, weights, routes);
+        return combine_rows_backward_reference::<B>(dout, weights, routes);
     }
     let kind = elem_kind(dout.dtype, "combined rows' gradient")?;
     let dout = prepare(dout);
@@ -181,7 +183,7 @@ pub(super) fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
     Ok(like(&dout, dy, [routes.rows, cols]))
 }
 
-pub(super) fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
+fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
     dout: CubeTensor<R>,
     y: CubeTensor<R>,
     routes: &TokenRoutes<B>,
@@ -194,7 +196,7 @@ pub(super) fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
         || y.dtype != dout.dtype
         || !row_kernels_take(cols, dout.dtype)
     {
-        return reference::combine_weights_grad_reference::<B>(dout, y, routes);
+        return combine_weights_grad_reference::<B>(dout, y, routes);
     }
     let kind = elem_kind(dout.dtype, "combined rows' gradient")?;
     let (dout, y) = (prepare(dout), prepare(y));
@@ -203,4 +205,51 @@ pub(super) fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
     let dw = routing::combine_weights_grad(&dout.client, matrix, &y.handle, rows, &assignment_row.handle, routes.top_k)
         .map_err(kernel_error("combined rows' gradient"))?;
     Ok(f32_tensor(&dout, dw, vec![tokens, routes.top_k]))
+}
+
+impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingOps<Self>
+    for CubeBackend<R, F, I, BT>
+{
+    fn route_top_k(scores: FloatTensor<Self>, k: usize) -> Result<IntTensor<Self>> {
+        top_k::<R, Self>(scores, k, I::dtype())
+    }
+
+    fn route_expert_positions(
+        expert: IntTensor<Self>,
+        experts: usize,
+    ) -> Result<(IntTensor<Self>, IntTensor<Self>)> {
+        expert_positions::<R, Self>(expert, experts, I::dtype())
+    }
+
+    fn route_rows(
+        position: IntTensor<Self>,
+        layout: &GroupLayout<Self>,
+        k: usize,
+    ) -> Result<TokenRoutes<Self>> {
+        route_rows::<R, Self>(position, layout, k, I::dtype())
+    }
+
+    fn route_combine_rows(
+        y: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        combine::<R, Self>(y, weights, routes)
+    }
+
+    fn route_combine_rows_backward(
+        dout: FloatTensor<Self>,
+        weights: Option<FloatTensor<Self>>,
+        routes: &TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        combine_backward::<R, Self>(dout, weights, routes)
+    }
+
+    fn route_combine_weights_grad(
+        dout: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        routes: &TokenRoutes<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        combine_weights_grad::<R, Self>(dout, y, routes)
+    }
 }
