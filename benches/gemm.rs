@@ -38,7 +38,7 @@ use timing::{host_time, sync, time, time_in_turns};
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
-use burn_lowp::backend::cublaslt::{
+use burn_lowp::backend::cuda::cublaslt::{
     run_group_on_cubecl_buffers, set_stream_ordering, CublasLt, LtGemm, LtOperand, StreamOrdering,
 };
 use burn_lowp::backend::{gemm_profile, set_gemm_profiling, GemmKind, GemmOptions, GemmOps};

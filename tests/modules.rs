@@ -79,7 +79,7 @@ mod cuda {
     #[test]
     fn grouped_sm90_bound_equals_the_exact_batch() {
         if let Some(d) = device() {
-            let sm90 = burn_lowp::backend::sm90_grouped::is_sm90(d.index);
+            let sm90 = burn_lowp::backend::cuda::sm90_grouped::is_sm90(d.index);
             crate::grouped::check_grouped_sm90_bound_equals_the_exact_batch::<Backend>(&d, sm90);
         }
     }
@@ -96,7 +96,7 @@ mod cuda {
         if let Some(d) = device() {
             let index = d.index;
             crate::suite::check_gemm_tuning_file_reuses_algorithms::<Backend>(&d, move || {
-                burn_lowp::backend::cublaslt::reset_gemm_plans(index).unwrap()
+                burn_lowp::backend::cuda::cublaslt::reset_gemm_plans(index).unwrap()
             });
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! Phases (`GemmPhase`), in the order one call runs them:
 //! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is
-//!   handed to CubeCL's device thread (`cuda_gemm::prepare`, output allocation);
+//!   handed to CubeCL's device thread (`cuda::gemm::prepare`, output allocation);
 //! * `ToDeviceThread`: from the task being queued to it starting on CubeCL's device thread
 //!   (queueing and wake-up);
 //! * `Signal` (`DeviceFlags` only): launching CubeCL's READY signal kernel;

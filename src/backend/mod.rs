@@ -10,15 +10,7 @@
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 #[cfg(feature = "cuda")]
-pub mod cublaslt;
-#[cfg(feature = "cuda")]
-pub mod cuda_gemm;
-#[cfg(feature = "cuda")]
-mod cuda_batched;
-#[cfg(feature = "cuda")]
-pub mod cuda_grouped;
-#[cfg(feature = "cuda")]
-pub mod sm90_grouped;
+pub mod cuda;
 #[cfg(feature = "ndarray")]
 pub mod ndarray;
 

@@ -104,7 +104,7 @@ pub struct RunSummary {
     #[serde(default)]
     pub bound_batches_per_step: f64,
     /// Graph-safe expert GEMMs per step that ran our Hopper grouped GEMM instead of a bound
-    /// batch (`backend::sm90_grouped`, the default on sm_90 GPUs).
+    /// batch (`backend::cuda::sm90_grouped`, the default on sm_90 GPUs).
     #[serde(default)]
     pub device_grouped_batches_per_step: f64,
     pub peak_memory_bytes: Option<u64>,

@@ -901,7 +901,7 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
 #[cfg(feature = "cuda")]
 pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &B::Device, sm90: bool) {
     use burn::tensor::{FloatDType, TensorPrimitive};
-    use burn_lowp::backend::sm90_grouped::{grouped_kernel, set_grouped_kernel, GroupedKernel};
+    use burn_lowp::backend::cuda::sm90_grouped::{grouped_kernel, set_grouped_kernel, GroupedKernel};
     use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupEpilogue, GroupedOperand, Groups};
     use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
     use burn_lowp::format::Usage;

@@ -870,7 +870,7 @@ pub fn check_stream_ordering<B: LowpBackend>(device: &B::Device)
 where
     B::Device: 'static,
 {
-    use burn_lowp::backend::cublaslt::{set_stream_ordering, stream_ordering, StreamOrdering};
+    use burn_lowp::backend::cuda::cublaslt::{set_stream_ordering, stream_ordering, StreamOrdering};
     let (m, n, k) = (1024, 768, 2048);
     let x = Tensor::<B, 2>::random([m, k], Distribution::Normal(0.0, 1.0), device);
     let w = Tensor::<B, 2>::random([n, k], Distribution::Normal(0.0, 1.0), device);
@@ -946,7 +946,7 @@ where
         .expect("a CUDA device");
     let client = <burn_lowp_kernels::cubecl::cuda::CudaRuntime as burn_lowp_kernels::cubecl::Runtime>::client(cuda_device);
     assert_eq!(
-        burn_lowp::backend::cublaslt::timed_out_gemm(&client, cuda_device.index).unwrap(),
+        burn_lowp::backend::cuda::cublaslt::timed_out_gemm(&client, cuda_device.index).unwrap(),
         0,
         "a wait kernel gave up"
     );

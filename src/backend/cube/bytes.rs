@@ -48,7 +48,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BytesOps<S
     fn bytes_slice(b: &CubeBytes<R>, range: std::ops::Range<usize>) -> CubeBytes<R> {
         assert!(range.end <= b.len, "byte range {range:?} of a {}-byte buffer", b.len);
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
+        if crate::backend::cuda::is_cuda::<R>() {
             // A view: CUDA binds any offset.
             let trim_end = (b.len - range.end) as u64;
             let handle = b.handle.clone().offset_start(range.start as u64).offset_end(trim_end);

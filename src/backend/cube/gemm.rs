@@ -18,8 +18,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GemmOps<Se
         options: GemmOptions<Self>,
     ) -> Result<FloatTensor<Self>> {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_gemm::gemm(kind, a, b, options);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::gemm::gemm(kind, a, b, options);
         }
         dequantize_matmul(kind, a, b, burn::tensor::FloatDType::F32, options)
     }
@@ -30,16 +30,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GemmOps<Se
         t: Transposes,
     ) -> Result<FloatTensor<Self>> {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_batched::batched_matmul::<R, F, I, BT>(a, b, t);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::batched::batched_matmul::<R, F, I, BT>(a, b, t);
         }
         batched_matmul_reference::<Self>(a, b, t)
     }
 
     fn gemm_group(calls: Vec<GemmCall<'_, Self>>) -> Result<Vec<FloatTensor<Self>>> {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_gemm::gemm_group(calls);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::gemm::gemm_group(calls);
         }
         calls
             .into_iter()
@@ -53,8 +53,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GemmOps<Se
         b: &QuantizedTensor<Self>,
     ) -> GemmPath {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_gemm::gemm_path(kind, a, b);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::gemm::gemm_path(kind, a, b);
         }
         let _ = (kind, a, b);
         GemmPath::DequantizeMatmul

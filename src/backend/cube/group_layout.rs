@@ -61,7 +61,7 @@ pub(crate) fn group_layout<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     let words = |h: &Handle, n: usize| bytes(&client, &device, h.clone(), 4 * n);
     let (start, len) = (words(&buffers.group_start, count), words(&buffers.group_rows, count));
     #[cfg(feature = "cuda")]
-    let background = crate::backend::cuda_gemm::is_cuda::<R>() && split_copy() == SplitCopy::Background;
+    let background = crate::backend::cuda::is_cuda::<R>() && split_copy() == SplitCopy::Background;
     #[cfg(not(feature = "cuda"))]
     let background = false;
     let (later, arrived) = host_read_later(

@@ -370,8 +370,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         options: GemmOptions<Self>,
     ) -> Result<(FloatTensor<Self>, Option<(FloatTensor<Self>, FloatTensor<Self>)>)> {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_grouped::grouped_gemm_unscaled(kind, a, b, options, true);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::grouped::grouped_gemm_unscaled(kind, a, b, options, true);
         }
         Ok((grouped_gemm_per_group(kind, a, b, options)?, None))
     }
@@ -383,8 +383,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         options: GemmOptions<Self>,
     ) -> Result<FloatTensor<Self>> {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_grouped::grouped_gemm(kind, a, b, options);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::grouped::grouped_gemm(kind, a, b, options);
         }
         grouped_gemm_per_group(kind, a, b, options)
     }
@@ -395,8 +395,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         b: GroupedOperand<Self>,
     ) -> GroupedGemmPath {
         #[cfg(feature = "cuda")]
-        if crate::backend::cuda_gemm::is_cuda::<R>() {
-            return crate::backend::cuda_grouped::grouped_gemm_path(kind, a, b);
+        if crate::backend::cuda::is_cuda::<R>() {
+            return crate::backend::cuda::grouped::grouped_gemm_path(kind, a, b);
         }
         let _ = (kind, a, b);
         GroupedGemmPath::PerGroup(GemmPath::DequantizeMatmul)

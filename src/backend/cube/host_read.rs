@@ -50,7 +50,7 @@ struct HostRead {
     /// On CUDA, when asked for: a mark after the copies, to tell they have arrived without
     /// waiting (`cublaslt::StreamMark`), set when the device thread queues them.
     #[cfg(feature = "cuda")]
-    mark: Option<Arc<Mutex<Option<crate::backend::cublaslt::StreamMark>>>>,
+    mark: Option<Arc<Mutex<Option<crate::backend::cuda::cublaslt::StreamMark>>>>,
     /// Off CUDA, a read dropped unawaited is completed first: cubecl-wgpu 0.10 hands the
     /// staging buffer of a dropped read back to its pool while it is still mapped, and the next
     /// read that takes it fails wgpu's validation ("buffer still mapped"). A `GroupLayout`
@@ -104,35 +104,35 @@ impl HostRead {
         let queue = DeviceHandle::<DeviceTasks>::new(device.to_id());
         // (The mark's slot, and the CUDA device it is made on.)
         #[cfg(feature = "cuda")]
-        let mark = (marked && crate::backend::cuda_gemm::is_cuda::<R>())
-            .then(|| (Arc::new(Mutex::new(None)), crate::backend::cuda_gemm::cuda_device::<R>(device)));
+        let mark = (marked && crate::backend::cuda::is_cuda::<R>())
+            .then(|| (Arc::new(Mutex::new(None)), crate::backend::cuda::device::cuda_device::<R>(device)));
         #[cfg(not(feature = "cuda"))]
         let _ = marked;
         // Under `DeviceFlags` the mark is made in the read's task (it launches CubeCL kernels);
         // under `CubeclStream` by a task of CubeCL's server queued right behind it.
         #[cfg(feature = "cuda")]
-        let ordering = crate::backend::cublaslt::stream_ordering();
+        let ordering = crate::backend::cuda::cublaslt::stream_ordering();
         #[cfg(feature = "cuda")]
         let task_mark = mark
             .clone()
-            .filter(|_| ordering == crate::backend::cublaslt::StreamOrdering::DeviceFlags);
+            .filter(|_| ordering == crate::backend::cuda::cublaslt::StreamOrdering::DeviceFlags);
         // On the device thread, `read_async`'s own blocking call runs inline.
         queue.submit(move |_| {
             *slot.lock().expect("host read slot") = Some(read_later(&client, handles));
             #[cfg(feature = "cuda")]
             if let Some((mark, device)) = task_mark {
-                let cuda = crate::backend::cuda_gemm::cuda_client(&client);
-                *mark.lock().expect("host read mark") = crate::backend::cublaslt::mark_cubecl_stream(cuda, device);
+                let cuda = crate::backend::cuda::device::cuda_client(&client);
+                *mark.lock().expect("host read mark") = crate::backend::cuda::cublaslt::mark_cubecl_stream(cuda, device);
             }
         });
         #[cfg(feature = "cuda")]
         if let Some((mark, device)) = &mark {
-            if ordering == crate::backend::cublaslt::StreamOrdering::CubeclStream {
-                crate::backend::cublaslt::queue_stream_mark(*device, mark.clone());
+            if ordering == crate::backend::cuda::cublaslt::StreamOrdering::CubeclStream {
+                crate::backend::cuda::cublaslt::queue_stream_mark(*device, mark.clone());
             }
         }
         #[cfg(feature = "cuda")]
-        let complete_on_drop = !crate::backend::cuda_gemm::is_cuda::<R>();
+        let complete_on_drop = !crate::backend::cuda::is_cuda::<R>();
         #[cfg(not(feature = "cuda"))]
         let complete_on_drop = true;
         HostRead {

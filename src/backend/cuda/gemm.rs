@@ -1,5 +1,5 @@
-//! `LowpBackend::gemm_quantized` on CUDA: picks the GEMM path for a pair of operands and lays them out
-//! for cuBLASLt (`cublaslt.rs`).
+//! `GemmOps::gemm_quantized` on CUDA: picks the GEMM path for a pair of operands and lays them
+//! out for cuBLASLt (`cublaslt/`).
 //!
 //! cuBLASLt is column-major; a row-major output `[rows, cols]` is the column-major `m x n` matrix
 //! with `m = cols`, `n = rows`. Operand `b` of a `GemmKind` becomes cuBLAS's A (its outer
@@ -20,70 +20,27 @@
 //!   operand, round to BF16, BF16 cuBLASLt GEMM. Blackwell's block-scaled MXFP8/NVFP4 GEMMs are not
 //!   wired up (no Blackwell GPU to test them on), so this is the path on every GPU for now.
 
-use std::any::Any;
-
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
 use burn_lowp_kernels::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};
-use super::gemm::{check_bias, GemmCall, GemmKind, GemmOptions, GemmPath};
-use super::gemm_profile::{self as profile, GemmPhase};
-use super::{LowpBackend, QuantizeOps};
+use super::device::{cuda_client, cuda_device, is_hopper};
+use crate::backend::gemm::{check_bias, GemmCall, GemmKind, GemmOptions, GemmPath};
+use crate::backend::gemm_profile::{self as profile, GemmPhase};
+use crate::backend::{LowpBackend, QuantizeOps};
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
 use crate::format::{Direction, Fp8Format, QuantFormat, ScaleLayout};
 use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
-
-/// True when `R` is CubeCL's CUDA runtime.
-pub fn is_cuda<R: CubeRuntime>() -> bool {
-    std::any::TypeId::of::<R>() == std::any::TypeId::of::<CudaRuntime>()
-}
-
-pub(crate) fn cuda_client<R: CubeRuntime>(client: &ComputeClient<R>) -> &ComputeClient<CudaRuntime> {
-    (client as &dyn Any)
-        .downcast_ref()
-        .expect("called only when R is CudaRuntime")
-}
-
-pub(crate) fn cuda_device<R: CubeRuntime>(device: &R::Device) -> usize {
-    (device as &dyn Any)
-        .downcast_ref::<CudaDevice>()
-        .expect("called only when R is CudaRuntime")
-        .index
-}
-
-/// A CUDA device attribute, read once per device and attribute (0 if it cannot be read).
-pub(crate) fn device_attribute(device: usize, attribute: cudarc::driver::sys::CUdevice_attribute) -> i32 {
-    type Cache = std::sync::Mutex<std::collections::HashMap<(usize, i32), i32>>;
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    let mut cache = CACHE.get_or_init(Default::default).lock().expect("device attribute cache");
-    *cache.entry((device, attribute as i32)).or_insert_with(|| {
-        cudarc::driver::CudaContext::new(device)
-            .and_then(|ctx| ctx.attribute(attribute))
-            .unwrap_or(0)
-    })
-}
-
-pub(crate) fn is_hopper(device: usize) -> bool {
-    use cudarc::driver::sys::CUdevice_attribute as A;
-    device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) == 9
-}
-
-/// The device's streaming multiprocessors (at least 1).
-pub(crate) fn multiprocessors(device: usize) -> usize {
-    use cudarc::driver::sys::CUdevice_attribute as A;
-    device_attribute(device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).max(1) as usize
-}
 
 /// The client and device of an operand (every operand of one GEMM lives on one device).
 pub(crate) fn location<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
@@ -203,7 +160,7 @@ pub(crate) fn contiguous<R: CubeRuntime, F: FloatElement, I: IntElement, BT: Boo
     }
 }
 
-fn f32_view<R: CubeRuntime>(bytes: &super::cube::CubeBytes<R>, shape: [usize; 2]) -> CubeTensor<R> {
+fn f32_view<R: CubeRuntime>(bytes: &crate::backend::cube::CubeBytes<R>, shape: [usize; 2]) -> CubeTensor<R> {
     CubeTensor::new_contiguous(
         bytes.client.clone(),
         bytes.device.clone(),

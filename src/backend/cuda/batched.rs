@@ -1,4 +1,4 @@
-//! `LowpBackend::gemm_batched` on CUDA: one cuBLASLt call with a strided batch
+//! `GemmOps::gemm_batched` on CUDA: one cuBLASLt call with a strided batch
 //! (`LtStrided`) in the operands' dtype (F32, F16 or BF16; f32 accumulation), through the same
 //! ordering handshake as every other GEMM.
 //!
@@ -14,7 +14,8 @@ use burn_cubecl::{BoolElement, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels::cubecl::server::Handle;
 
 use super::cublaslt::{run_on_cubecl_buffers, LtGemm, LtOperand, LtStrided};
-use super::cuda_gemm::{contiguous, cuda_client, cuda_device, data_type};
+use super::device::{cuda_client, cuda_device};
+use super::gemm::{contiguous, data_type};
 use crate::error::{LowpError, Result};
 use crate::backend::gemm::{batched_dims, Transposes};
 

@@ -112,8 +112,8 @@ pub fn set_grouped_kernel(kernel: GroupedKernel) {
 /// kernels' `sm_90a` target (the attributes read once per device, `cuda_gemm::device_attribute`).
 pub fn is_sm90(device: usize) -> bool {
     use cuda::CUdevice_attribute as A;
-    super::cuda_gemm::is_hopper(device)
-        && super::cuda_gemm::device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) == 0
+    super::device::is_hopper(device)
+        && super::device::device_attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) == 0
 }
 
 /// One of the eight kernels of `sm90/grouped_gemm.cu` the crate launches.

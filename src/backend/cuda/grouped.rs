@@ -1,5 +1,5 @@
 //! Grouped (MoE) GEMMs on CUDA through cuBLASLt, chosen by the operands' formats
-//! (`shared/reference/grouped-gemm-on-hopper.md` measured the designs):
+//! (MEASUREMENTS.md has the measurements):
 //!
 //! * **Pointer array** (graph-safe; fprop and dgrad of BF16/F16/F32 and FP8 per-tensor operands):
 //!   one cuBLASLt call whose batch entries are the 128-row chunks of the aligned activation, each
@@ -41,12 +41,13 @@ use super::cublaslt::{
     pointer_array_bytes, run_work_on_cubecl_buffers, GroupWork, LtBatch, LtGemm, LtOperand,
     ScaleMode,
 };
-use super::cuda_gemm::{
-    accumulate_input, cuda_client, cuda_device, data_type, fp8_type, is_hopper, location,
-    multiprocessors, output_dtype, plan, prepare, run_prepared, GemmOutput, PreparedGemm,
+use super::device::{cuda_client, cuda_device, is_hopper, multiprocessors};
+use super::gemm::{
+    accumulate_input, data_type, fp8_type, location, output_dtype, plan, prepare, run_prepared,
+    GemmOutput, PreparedGemm,
 };
-use super::gemm::{GemmKind, GemmOptions, GemmPath};
-use super::grouped::{
+use crate::backend::gemm::{GemmKind, GemmOptions, GemmPath};
+use crate::backend::grouped::{
     group_view, grouped_output_shape, per_group_pays, BatchedOperands, GroupedGemmPath,
     GroupedOperand, HostCopy, HostGroups, GROUP_ALIGN,
 };
@@ -59,7 +60,7 @@ use crate::backend::quantized::{Storage, StorageScales};
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
 /// `(m, n, k)` of one group's GEMM in cuBLASLt's terms (`n` a 128-row chunk for fprop/dgrad).
-fn group_dims<BB: super::LowpBackend>(
+fn group_dims<BB: crate::backend::LowpBackend>(
     kind: GemmKind,
     a: &GroupedOperand<BB>,
     b: &GroupedOperand<BB>,
@@ -139,7 +140,7 @@ pub fn grouped_gemm_unscaled<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
     defer_scales: bool,
 ) -> Result<(CubeTensor<R>, Option<(CubeTensor<R>, CubeTensor<R>)>)> {
     let shape = grouped_output_shape(kind, &a, &b)?;
-    super::grouped::check_grouped_options(kind, &options)?;
+    crate::backend::grouped::check_grouped_options(kind, &options)?;
     match grouped_gemm_path(kind, a, b) {
         GroupedGemmPath::PointerArray(inner) => {
             pointer_array(kind, a, b, inner, shape, options, defer_scales)
@@ -336,10 +337,10 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 // the scales: then `check_aligned` reports them.)
                 .filter(|g| kernel_scales || g.aligned());
             if let Some(g) = ours {
-                super::host_sync::record_device_grouped_batch();
+                crate::backend::host_sync::record_device_grouped_batch();
                 return vec![GroupWork::Sm90(g)];
             }
-            super::host_sync::record_pointer_array_batch(filled.is_some());
+            crate::backend::host_sync::record_pointer_array_batch(filled.is_some());
             vec![GroupWork::Lt(LtGemm {
                 m: m as u64,
                 n: chunk as u64,
@@ -407,7 +408,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
             scale_b,
             rows,
             cols,
-            super::cube::elem_kind(d_dtype, "grouped FP8 GEMM output")?,
+            crate::backend::cube::elem_kind(d_dtype, "grouped FP8 GEMM output")?,
         );
     }
     let out = CubeTensor::new_contiguous(client, device, Shape::new([rows, cols]), out, d_dtype);
