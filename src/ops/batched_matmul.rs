@@ -6,16 +6,12 @@
 //! A transposed operand is passed as stored (`[batch, k, m]` for `Aᵀ`), so neither direction
 //! copies a transpose.
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
 pub use crate::backend::gemm::{batched_dims, Transposes};
 pub use crate::backend::ops::gemm::batched_matmul_reference;
+use super::differentiable::DifferentiableOp;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
 
@@ -61,43 +57,34 @@ pub(crate) fn grad_b<B: LowpBackend>(a: FloatTensor<B>, dc: FloatTensor<B>, t: T
     }
 }
 
+/// `op(a) · op(b)` as a differentiable op (`LowpLinear::lowp_differentiable`): backward keeps A
+/// when B's gradient is wanted and B when A's is.
 #[derive(Debug)]
-struct BatchedMatmulBackward;
-
-impl<B: LowpBackend> Backward<B, 2> for BatchedMatmulBackward {
-    /// A (kept when B's gradient is wanted), B (kept when A's is) and the flags.
-    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>, Transposes);
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_a, node_b] = ops.parents;
-        let (a, b, t) = ops.state;
-        let dc = grads.consume::<B>(&ops.node);
-        if let (Some(node), Some(b)) = (node_a, b) {
-            grads.register::<B>(node.id, grad_a::<B>(b, dc.clone(), t));
-        }
-        if let (Some(node), Some(a)) = (node_b, a) {
-            grads.register::<B>(node.id, grad_b::<B>(a, dc, t));
-        }
-    }
+pub struct BatchedMatmulOp {
+    pub transposes: Transposes,
 }
 
-/// `batched_matmul` on `Autodiff<B>`.
-pub fn batched_matmul_autodiff<B: LowpBackend, C: CheckpointStrategy>(
-    a: FloatTensor<Autodiff<B, C>>,
-    b: FloatTensor<Autodiff<B, C>>,
-    t: Transposes,
-) -> Result<FloatTensor<Autodiff<B, C>>> {
-    let c = batched_matmul::<B>(a.primitive.clone(), b.primitive.clone(), t)?;
-    let keep_a = b.is_tracked().then(|| a.primitive.clone());
-    let keep_b = a.is_tracked().then(|| b.primitive.clone());
-    Ok(
-        match BatchedMatmulBackward
-            .prepare::<C>([a.node.clone(), b.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((keep_a, keep_b, t), c),
-            OpsKind::UnTracked(prep) => prep.finish(c),
-        },
-    )
+impl<B: LowpBackend> DifferentiableOp<B, 2> for BatchedMatmulOp {
+    /// A, B and the flags.
+    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>, Transposes);
+
+    fn forward(
+        self,
+        [a, b]: [FloatTensor<B>; 2],
+        [track_a, track_b]: [bool; 2],
+    ) -> Result<(FloatTensor<B>, Self::State)> {
+        let t = self.transposes;
+        let c = batched_matmul::<B>(a.clone(), b.clone(), t)?;
+        Ok((c, (track_b.then_some(a), track_a.then_some(b), t)))
+    }
+
+    fn backward(
+        (a, b, t): Self::State,
+        dc: FloatTensor<B>,
+        [want_a, want_b]: [bool; 2],
+    ) -> [Option<FloatTensor<B>>; 2] {
+        let da = b.filter(|_| want_a).map(|b| grad_a::<B>(b, dc.clone(), t));
+        let db = a.filter(|_| want_b).map(|a| grad_b::<B>(a, dc, t));
+        [da, db]
+    }
 }

@@ -19,6 +19,7 @@ use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::grouped_linear::{GroupedLinearOp, InputRows};
 use crate::backend::activation::ActivationSpec;
+use super::differentiable::DifferentiableOp;
 use super::grouped_rows::RowMove;
 use crate::backend::NormSpec;
 use crate::backend::{
@@ -290,6 +291,18 @@ pub trait LowpLinear: Backend {
     fn int_to_quant(t: IntTensor<Self>) -> IntTensor<Self::Quant>;
     fn int_from_quant(t: IntTensor<Self::Quant>) -> IntTensor<Self>;
 
+    /// `op`, a differentiable op with its own backward (`ops::differentiable`), on `inputs`:
+    /// registered in the graph on `Autodiff`, its forward alone elsewhere. RoPE
+    /// (`RopeOp`), the causal softmax (`CausalSoftmaxOp`) and batched products
+    /// (`BatchedMatmulOp`) run through here.
+    fn lowp_differentiable<const N: usize, Op: DifferentiableOp<Self::Quant, N>>(
+        inputs: [FloatTensor<Self>; N],
+        op: Op,
+    ) -> Result<FloatTensor<Self>> {
+        let (y, _) = op.forward(inputs.map(Self::to_quant), [false; N])?;
+        Ok(Self::from_quant(y))
+    }
+
     /// Token rows into the experts' aligned batch (`ops/token_routing.rs`).
     fn lowp_dispatch(
         x: FloatTensor<Self>,
@@ -338,20 +351,6 @@ pub trait LowpLinear: Backend {
         )?))
     }
 
-    /// Rotary position embedding of `x [rows, head]` with Burn's `freq_complex`, one pass each
-    /// way (`ops/rope_op.rs`).
-    fn lowp_rope(
-        x: FloatTensor<Self>,
-        freq: FloatTensor<Self>,
-        positions: super::RopePositions,
-    ) -> Result<FloatTensor<Self>> {
-        Ok(Self::from_quant(super::rope_op::rope_rows::<Self::Quant>(
-            Self::to_quant(x),
-            Self::to_quant(freq),
-            positions,
-        )?))
-    }
-
     /// Causal self-attention of QKV rows with RoPE on q and k, one differentiable op whose head
     /// split and merge are one kernel each way (`ops/attention_op.rs`).
     fn lowp_causal_self_attention(
@@ -369,28 +368,6 @@ pub trait LowpLinear: Backend {
         Ok(Self::from_quant(y))
     }
 
-    /// Attention's causal softmax of `scale · x` for scores `x [rows, seq]` (whole `[seq, seq]`
-    /// blocks of query rows), one pass each way (`ops/softmax_op.rs`).
-    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
-        Ok(Self::from_quant(super::softmax_op::causal_softmax_rows::<Self::Quant>(
-            Self::to_quant(x),
-            scale,
-        )?))
-    }
-
-    /// `op(a) · op(b)` for `[batch, rows, cols]` operands (`ops/batched_matmul.rs`).
-    fn lowp_batched_matmul(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        t: super::batched_matmul::Transposes,
-    ) -> Result<FloatTensor<Self>> {
-        Ok(Self::from_quant(super::batched_matmul::batched_matmul::<Self::Quant>(
-            Self::to_quant(a),
-            Self::to_quant(b),
-            t,
-        )?))
-    }
-
     /// An activation (`backend::activation`) of the rows of `h`, one pass each way
     /// (`ops/activation_op.rs`).
     fn lowp_activation_rows(
@@ -402,7 +379,6 @@ pub trait LowpLinear: Backend {
             spec,
         )?))
     }
-
 }
 
 /// The GEMM output dtype for activations of `dtype`: the same where it is a GEMM output type.
@@ -784,6 +760,13 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         t
     }
 
+    fn lowp_differentiable<const N: usize, Op: DifferentiableOp<B, N>>(
+        inputs: [FloatTensor<Self>; N],
+        op: Op,
+    ) -> Result<FloatTensor<Self>> {
+        super::differentiable::differentiable_autodiff::<B, C, Op, N>(inputs, op)
+    }
+
     fn lowp_dispatch(x: FloatTensor<Self>, routes: &super::TokenRoutes<B>) -> FloatTensor<Self> {
         super::token_routing::dispatch_rows_autodiff::<B, C>(x, routes)
     }
@@ -834,7 +817,6 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         super::grouped_rows::move_rows_autodiff::<B, C>(t, layout, direction)
     }
 
-
     fn lowp_norm_rows(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -850,18 +832,6 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         super::activation_op::activation_rows_autodiff::<B, C>(h, spec)
     }
 
-    fn lowp_rope(
-        x: FloatTensor<Self>,
-        freq: FloatTensor<Self>,
-        positions: super::RopePositions,
-    ) -> Result<FloatTensor<Self>> {
-        super::rope_op::rope_rows_autodiff::<B, C>(x, freq, positions)
-    }
-
-    fn lowp_causal_softmax(x: FloatTensor<Self>, scale: f32) -> Result<FloatTensor<Self>> {
-        super::softmax_op::causal_softmax_rows_autodiff::<B, C>(x, scale)
-    }
-
     fn lowp_causal_self_attention(
         qkv: FloatTensor<Self>,
         freq: FloatTensor<Self>,
@@ -869,14 +839,6 @@ impl<B: LowpBackend, C: CheckpointStrategy> LowpLinear for Autodiff<B, C> {
         scale: f32,
     ) -> Result<FloatTensor<Self>> {
         super::attention_op::causal_self_attention_autodiff::<B, C>(qkv, freq, layout, scale)
-    }
-
-    fn lowp_batched_matmul(
-        a: FloatTensor<Self>,
-        b: FloatTensor<Self>,
-        t: super::batched_matmul::Transposes,
-    ) -> Result<FloatTensor<Self>> {
-        super::batched_matmul::batched_matmul_autodiff::<B, C>(a, b, t)
     }
 
     fn lowp_linear(

@@ -4,6 +4,7 @@ pub mod activation_op;
 pub mod attention_op;
 pub mod batched_matmul;
 mod delayed_update;
+pub mod differentiable;
 pub mod grouped_linear;
 pub mod grouped_rows;
 pub mod layernorm_mlp;
@@ -19,7 +20,10 @@ pub use grouped_linear::{
     InputRows, PendingWgrad, WgradTarget,
 };
 pub use grouped_rows::RowMove;
-pub use rope_op::RopePositions;
+pub use batched_matmul::BatchedMatmulOp;
+pub use differentiable::DifferentiableOp;
+pub use rope_op::{RopeOp, RopePositions};
+pub use softmax_op::CausalSoftmaxOp;
 pub use token_routing::TokenRoutes;
 pub use layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
 pub use crate::backend::activation::{Activation, ActivationParams, ActivationSpec};

@@ -4,16 +4,12 @@
 //! pair by it (a matmul), multiplies by the frequencies and sums, forward, and runs the matmul's
 //! and the products' gradients backward. The frequencies are a constant: they get no gradient.
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 
 pub use crate::backend::attention::RopePositions;
 use crate::backend::ops::attention::check_rope;
 pub use crate::backend::ops::attention::rope_reference;
+use super::differentiable::DifferentiableOp;
 use crate::backend::LowpBackend;
 use crate::error::Result;
 
@@ -27,35 +23,28 @@ pub fn rope_rows<B: LowpBackend>(
     B::attention_rope(x, freq, positions, false)
 }
 
+/// RoPE as a differentiable op (`LowpLinear::lowp_differentiable`): the frequencies are a
+/// constant of the op (no gradient); backward rotates the output's gradient back, keeping only
+/// the frequencies.
 #[derive(Debug)]
-struct RopeBackward;
-
-impl<B: LowpBackend> Backward<B, 1> for RopeBackward {
-    type State = (FloatTensor<B>, RopePositions);
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let (freq, positions) = ops.state;
-        let dy = grads.consume::<B>(&ops.node);
-        if let Some(node) = node {
-            // Shapes were checked in forward; a failure here is a bug, not user input.
-            let dx = B::attention_rope(dy, freq, positions, true).expect("RoPE backward");
-            grads.register::<B>(node.id, dx);
-        }
-    }
+pub struct RopeOp<B: LowpBackend> {
+    pub freq: FloatTensor<B>,
+    pub positions: RopePositions,
 }
 
-/// `rope_rows` on `Autodiff<B>`: keeps the frequencies (not x) for backward.
-pub fn rope_rows_autodiff<B: LowpBackend, C: CheckpointStrategy>(
-    x: FloatTensor<Autodiff<B, C>>,
-    freq: FloatTensor<Autodiff<B, C>>,
-    positions: RopePositions,
-) -> Result<FloatTensor<Autodiff<B, C>>> {
-    let y = rope_rows::<B>(x.primitive.clone(), freq.primitive.clone(), positions)?;
-    Ok(
-        match RopeBackward.prepare::<C>([x.node.clone()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((freq.primitive, positions), y),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        },
-    )
+impl<B: LowpBackend> DifferentiableOp<B, 1> for RopeOp<B> {
+    type State = (FloatTensor<B>, RopePositions);
+
+    fn forward(self, [x]: [FloatTensor<B>; 1], _: [bool; 1]) -> Result<(FloatTensor<B>, Self::State)> {
+        let y = rope_rows::<B>(x, self.freq.clone(), self.positions)?;
+        Ok((y, (self.freq, self.positions)))
+    }
+
+    fn backward(
+        (freq, positions): Self::State,
+        dy: FloatTensor<B>,
+        [wanted]: [bool; 1],
+    ) -> [Option<FloatTensor<B>>; 1] {
+        [wanted.then(|| B::attention_rope(dy, freq, positions, true).expect("RoPE backward"))]
+    }
 }
