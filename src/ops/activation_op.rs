@@ -57,7 +57,7 @@ impl<B: LowpBackend> Backward<B, 1> for ActivationRowsBackward {
         let (h, spec) = ops.state;
         let dy = grads.consume::<B>(&ops.node);
         if let Some(node) = node {
-            let dy = B::float_cast(dy, super::linear::gemm_dtype(h.dtype()));
+            let dy = B::float_cast(dy, super::lowp_linear::gemm_dtype(h.dtype()));
             // Shapes were checked in forward; a failure here is a bug, not user input.
             let dh = B::act_backward(dy, h, &spec, false, false)
                 .expect("activation backward")

@@ -17,7 +17,9 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, TensorMetadata};
 
-use super::linear::{columnwise_only, debug_or_warn, gemm_dtype, AmaxSink};
+use super::linear::{columnwise_only, debug_or_warn};
+use super::lowp_linear::gemm_dtype;
+use super::operand::AmaxSink;
 
 use super::grouped_rows::{move_rows, RowMove};
 use crate::backend::grouped::check_packed_rows;

@@ -30,9 +30,10 @@ use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
 use crate::backend::activation::ActivationSpec;
 use super::linear::{
-    columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
-    quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
+    columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, DebugSaved, LinearOp,
 };
+use super::lowp_linear::gemm_dtype;
+use super::operand::{quantize_weight, OperandQuantizer};
 use crate::recipe::SplitAccumulator;
 use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};

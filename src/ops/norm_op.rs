@@ -19,7 +19,7 @@ use burn::tensor::{FloatDType, TensorMetadata};
 
 use crate::backend::NormSpec;
 use crate::backend::LowpBackend;
-use super::linear::gemm_dtype;
+use super::lowp_linear::gemm_dtype;
 use crate::error::{LowpError, Result};
 
 
