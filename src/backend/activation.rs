@@ -1,7 +1,7 @@
-//! LayerNormMLP's activation: TE's 12 names (spec section 10), their parameters, and how the
-//! CubeCL kernels (`burn_lowp_kernels::activation`) compute each one, and what an activation pass returns
-//! (`ActivationOutput`). In `backend` because the activation ops take them (`ActivationOps`);
-//! `ops` and `nn` re-export the spec.
+//! LayerNormMLP's activation: TE's 12 names (spec section 10), their parameters, and how the CubeCL
+//! kernels (`burn_lowp_kernels::activation`) compute each one, and what an activation pass returns
+//! (`ActivationOutput`). In `backend` because the activation ops take them (`ActivationOps`); `ops`
+//! and `nn` re-export the spec.
 
 use std::fmt;
 use std::str::FromStr;

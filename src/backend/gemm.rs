@@ -97,7 +97,7 @@ pub(crate) fn check_bias<B: LowpBackend>(bias: &FloatTensor<B>, cols: usize) -> 
     Ok(())
 }
 
-/// One GEMM of a group that runs together (`LowpBackend::gemm_group`).
+/// One GEMM of a group that runs together (`GemmOps::gemm_group`).
 pub struct GemmCall<'a, B: LowpBackend> {
     pub kind: GemmKind,
     pub a: &'a QuantizedTensor<B>,

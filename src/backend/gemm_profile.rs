@@ -1,10 +1,10 @@
 //! Where a cuBLASLt GEMM's host time goes: per-phase wall-clock totals of the calls made while
-//! profiling is on, so that a benchmark can print what one `gemm_quantized` costs the CPU and in which
-//! step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
+//! profiling is on, so that a benchmark can print what one `gemm_quantized` costs the CPU and in
+//! which step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
 //!
 //! Phases (`GemmPhase`), in the order one call runs them:
-//! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is
-//!   handed to CubeCL's device thread (`cuda::gemm::prepare`, output allocation);
+//! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is handed
+//!   to CubeCL's device thread (`cuda::gemm::prepare`, output allocation);
 //! * `ToDeviceThread`: from the task being queued to it starting on CubeCL's device thread
 //!   (queueing and wake-up);
 //! * `Signal` (`DeviceFlags` only): launching CubeCL's READY signal kernel;

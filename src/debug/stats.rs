@@ -2,12 +2,12 @@
 //! (`debug/features/utils/stats_computation.py`, AutoswitchGemm), and the tensor statistics of
 //! `LogTensorStats`.
 //!
-//! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles,
-//! one 1x32 block per unit) and folds them into records of 128x2048 elements; `tile_partials` and
-//! `record_partials` (beside the backend's `StatsOps`, whose default they are) are its reference, step for step in the same order (so sums, counts,
-//! minima and maxima agree; logarithms within the runtime's `ln`). `TensorStats` reduces the
-//! records in f64 and accumulates micro-batches by adding sums and counts (the same as TE's
-//! Welford merge, up to rounding).
+//! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles, one
+//! 1x32 block per unit) and folds them into records of 128x2048 elements; `tile_partials` and
+//! `record_partials` (beside the backend's `StatsOps`, whose default they are) are its reference,
+//! step for step in the same order (so sums, counts, minima and maxima agree; logarithms within the
+//! runtime's `ln`). `TensorStats` reduces the records in f64 and accumulates micro-batches by
+//! adding sums and counts (the same as TE's Welford merge, up to rounding).
 
 use crate::error::{LowpError, Result};
 pub use burn_lowp_kernels::stats::{

@@ -32,7 +32,7 @@ use crate::ops::LowpLinear;
 use crate::quant::state_tensor::OptionalState;
 use crate::quant::StateTensor;
 
-/// Rows per block of the router's column sums (`ops::row_reduce`).
+/// Rows per block of the router's column sums (`backend::ops::rows`).
 const REDUCE_BLOCK: usize = 64;
 
 /// How the router turns logits into scores.

@@ -1,5 +1,5 @@
 //! An activation of TE's set (`backend::activation`: gelu, swiglu, ...) on `h [rows, F']` as one
-//! differentiable op: one pass forward (`LowpBackend::act_forward`; gated activations
+//! differentiable op: one pass forward (`ActivationOps::act_forward`; gated activations
 //! read both halves of `h` and write `[rows, F' / 2]`) and one backward
 //! (`act_backward`: `dh` from `dy` and `h`), the CubeCL activation kernels on CubeCL
 //! backends. SwiGLU from Burn tensor ops is two slices, a sigmoid, two products forward and about

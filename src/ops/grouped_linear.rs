@@ -77,7 +77,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
 
     /// `quantize` of the packed token rows `x [layout.tokens, cols]` padded into `layout`'s
     /// aligned layout. FP8 per-tensor quantizers (current and delayed) read `x` through the
-    /// layout's row map (`LowpBackend::grouped_quantize_fp8_padded`: no padded copy); the other
+    /// layout's row map (`GroupedOps::grouped_quantize_fp8_padded`: no padded copy); the other
     /// formats pad first.
     pub fn quantize_padded(
         &self,
@@ -334,7 +334,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
     Ok((y, qx, qw))
 }
 
-/// The rest of a grouped GEMM's output in one pass (`LowpBackend::grouped_epilogue`): the
+/// The rest of a grouped GEMM's output in one pass (`GroupedOps::grouped_epilogue`): the
 /// per-expert FP8 scales the GEMM left to its consumer (`grouped_gemm_unscaled`), the
 /// experts' biases and, for packed rows, the unpad.
 fn finish_output<Q: LowpBackend>(

@@ -1,5 +1,5 @@
 //! Row normalization (RMSNorm, or LayerNorm without `β`, of `x [rows, cols]` with `γ`) as one
-//! differentiable op: one pass forward (`LowpBackend::norm_forward`, which keeps the
+//! differentiable op: one pass forward (`NormOps::norm_forward`, which keeps the
 //! per-row f32 `mean` / `rstd`) and one backward (`norm_backward`: dx and f32 dγ), the
 //! CubeCL norm kernels on CubeCL backends. Burn's `RmsNorm` built from tensor ops launches about 7
 //! kernels forward and twice that backward; a model with 17 norms per micro-batch (the MoE

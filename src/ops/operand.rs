@@ -132,7 +132,7 @@ impl<Q: LowpBackend> OperandQuantizer<Q> {
 
     /// The activation of `h` (`spec`) quantized by this quantizer without the activation's
     /// output in memory, where the backend fuses the activation into its FP8 cast:
-    /// - delayed scaling, one pass (`LowpBackend::act_quantize_fp8_with_scale`);
+    /// - delayed scaling, one pass (`ActivationOps::act_quantize_fp8_with_scale`);
     /// - current scaling, an amax pass over the activation and then the cast
     ///   (`act_quantize_fp8_current`). It reads `h` twice and computes the activation
     ///   twice, where the activation pass and the cast read `h`, write the output and read it

@@ -1,6 +1,6 @@
 //! Ops that broadcast a row vector over the rows of a matrix (a bias `Y + b`, LayerNorm's
 //! `X · γ`), with backward passes whose vector gradients (`Σ_rows ...`) run at memory speed
-//! (`row_reduce.rs`) rather than through Burn's backward of a broadcast, whose `sum_dim(0)`
+//! (`backend::ops::rows`) rather than through Burn's backward of a broadcast, whose `sum_dim(0)`
 //! took longer than the FP8 GEMMs of an 8192x8192 Linear step.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;

@@ -1,7 +1,7 @@
 //! Attention's causal softmax as one differentiable op: one pass forward and one backward
-//! (`AttentionOps::attention_causal_softmax`, the CubeCL `softmax` kernels on CubeCL backends), where
-//! Burn's attention builds the causal mask from two aranges and runs the scale, mask fill, max,
-//! subtract, exp, sum and divide as separate launches, and autodiff records each for backward.
+//! (`AttentionOps::attention_causal_softmax`, the CubeCL `softmax` kernels on CubeCL backends),
+//! where Burn's attention builds the causal mask from two aranges and runs the scale, mask fill,
+//! max, subtract, exp, sum and divide as separate launches, and autodiff records each for backward.
 //! The scores are `x [rows, seq]`: whole `[seq, seq]` blocks of query rows, row r the query at
 //! position `r % seq`, which sees keys `0..=r % seq`.
 

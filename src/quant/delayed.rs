@@ -132,10 +132,11 @@ impl DelayedScalingConfig {
     }
 }
 
-/// What a delayed-scaling cast takes from its module's state: the scale columns (one per group;
-/// a plain tensor's is one), the slots' element format, and the history columns that receive its
-/// amaxes in the cast's own launch where the backend can (`LowpBackend::quantize_delayed_amax_in_place`;
-/// elsewhere the caller records them after the cast).
+/// What a delayed-scaling cast takes from its module's state: the scale columns (one per group; a
+/// plain tensor's is one), the slots' element format, and the history columns that receive its
+/// amaxes in the cast's own launch where the backend can
+/// (`QuantizeOps::quantize_delayed_amax_in_place`; elsewhere the caller records them after the
+/// cast).
 #[derive(Clone, Debug)]
 pub struct DelayedCast<B: Backend> {
     pub scales: ScaleColumns<B>,
@@ -171,7 +172,8 @@ impl<B: Backend> DelayedScalingState<B> {
     /// Records a quantize call's amax (a one-element tensor) into the current history row:
     /// `history[0][slot] = max(history[0][slot], amax)`, so that several calls in one step (micro
     /// batches) keep the largest. Tensor ops, for backends whose casts cannot record in place
-    /// (`LowpBackend::quantize_delayed_amax_in_place`: CubeCL's casts fold the amax into row 0 themselves).
+    /// (`QuantizeOps::quantize_delayed_amax_in_place`: CubeCL's casts fold the amax into row 0
+    /// themselves).
     pub fn record_amax(&self, slot: usize, amax: Tensor<B, 1>) {
         let history = self.amax_history.value();
         let current = history.clone().slice([0..1, slot..slot + 1]);

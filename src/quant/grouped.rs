@@ -1,5 +1,5 @@
 //! Runs a `QuantizerSpec` on a grouped (MoE) matrix: each group as its slice alone would be
-//! (`format::grouped`). Plain formats go through `LowpBackend::grouped_quantize`, a delayed
+//! (`format::grouped`). Plain formats go through `GroupedOps::grouped_quantize`, a delayed
 //! request with one scale per group, identity keeps the matrix (group views slice it), and hybrid
 //! quantizes each direction with its side.
 

@@ -1,4 +1,4 @@
-//! Runs a `QuantizerSpec` on a tensor: plain formats through `LowpBackend::quantize_tensor`,
+//! Runs a `QuantizerSpec` on a tensor: plain formats through `QuantizeOps::quantize_tensor`,
 //! identity as the (cast) tensor itself, hybrid as one quantizer per direction, and a delayed
 //! request with the scale its module's state supplies.
 

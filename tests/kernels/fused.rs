@@ -1,4 +1,4 @@
-//! The fused training pieces on every backend: the AdamW step (`LowpBackend::optim_adamw_step`,
+//! The fused training pieces on every backend: the AdamW step (`OptimOps::optim_adamw_step`,
 //! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
 //! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, the
@@ -528,7 +528,7 @@ pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::D
     assert!(fused::causal_self_attention(matrix(55, [tokens, 3 * hidden]), &rope, [batch, max_seq + 1], heads).is_err());
 }
 
-/// The backend's head split and merge (`LowpBackend::attention_split_heads` / `attention_merge_heads`,
+/// The backend's head split and merge (`AttentionOps::attention_split_heads` / `attention_merge_heads`,
 /// one kernel each on CubeCL backends) against their Burn-op references (reshape, swap, narrow,
 /// `attention_rope`, cat), bit for bit, for 1 to 3 parts with 0 to 2 rotated and every dtype given;
 /// a layout the tensors do not have, and rotated parts without frequencies, are errors.

@@ -1,4 +1,4 @@
-//! The debug tools' one-pass tensor statistics (`LowpBackend::stats_tensor`) on every
+//! The debug tools' one-pass tensor statistics (`StatsOps::stats_tensor`) on every
 //! backend: the partials (tiles folded into 128x2048 records) equal the host reference
 //! (`debug::stats::tile_partials`, then `record_partials`) bit for bit in counts, minima and
 //! maxima, within f32 summation order elsewhere and the runtime's `ln` for the dynamic ranges;

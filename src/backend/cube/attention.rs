@@ -18,7 +18,8 @@ use crate::backend::ops::attention::{
 use crate::backend::{float_dtype, AttentionOps};
 use crate::error::{LowpError, Result};
 
-/// RoPE (`AttentionOps::attention_rope`) of `x [rows, head]`: one kernel; the frequencies are read as f32.
+/// RoPE (`AttentionOps::attention_rope`) of `x [rows, head]`: one kernel; the frequencies are read
+/// as f32.
 fn rope<R: CubeRuntime>(
     x: CubeTensor<R>,
     freq: CubeTensor<R>,
@@ -130,9 +131,9 @@ fn merge_heads<R: CubeRuntime>(
     Ok(like(first, rows, shape))
 }
 
-/// Attention's causal softmax (`AttentionOps::attention_causal_softmax`) of scores `x [rows, seq]`, or with
-/// `backward = Some(dp)` its gradient from the softmax output `x` = p: one kernel each. An odd
-/// `seq` (the kernels read pairs) takes the Burn-op reference.
+/// Attention's causal softmax (`AttentionOps::attention_causal_softmax`) of scores `x [rows, seq]`,
+/// or with `backward = Some(dp)` its gradient from the softmax output `x` = p: one kernel each. An
+/// odd `seq` (the kernels read pairs) takes the Burn-op reference.
 fn causal_softmax<R: CubeRuntime>(
     x: CubeTensor<R>,
     backward: Option<CubeTensor<R>>,

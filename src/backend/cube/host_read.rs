@@ -74,7 +74,7 @@ impl Drop for HostRead {
 }
 
 /// Our own tasks on CubeCL's device thread of a device (host reads here, cuBLASLt GEMM groups in
-/// `cublaslt.rs`): they run on that thread in order with CubeCL's own (one queue per device and
+/// `cuda::cublaslt`): they run on that thread in order with CubeCL's own (one queue per device and
 /// stage), but borrow only this empty state. A task submitted for CubeCL's server would hold the
 /// server's state while it runs, and the CubeCL calls such a task makes (the GEMM handshake's
 /// flag kernels and `get_resource`, `read_async`), which run inline on that thread, borrow it

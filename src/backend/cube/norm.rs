@@ -1,6 +1,7 @@
 //! `NormOps` on `CubeBackend`: LayerNorm / RMSNorm forward and backward, one kernel each way
 //! (`kernels::norm`), the forward also taking the output's amax for an FP8 current-scaling
-//! quantizer (whose own quantize then skips its amax pass: `QuantizeOps::quantize_fp8_current_with_amax`).
+//! quantizer (whose own quantize then skips its amax pass:
+//! `QuantizeOps::quantize_fp8_current_with_amax`).
 
 use burn::tensor::ops::FloatTensor;
 use burn_cubecl::tensor::CubeTensor;

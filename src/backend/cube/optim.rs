@@ -92,7 +92,7 @@ where
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> OptimOps<Self>
     for CubeBackend<R, F, I, BT>
 {
-    /// One kernel per parameter (`kernels::adamw`, `cube_optim.rs`).
+    /// One kernel per parameter (`kernels::adamw`, above).
     fn optim_adamw_step(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,

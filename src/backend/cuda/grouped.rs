@@ -130,7 +130,7 @@ pub fn grouped_gemm<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElem
 /// `grouped_gemm`; with `defer_scales`, a pointer array on per-group FP8 scales writing the
 /// dtype asked for leaves its scale pass to the caller and returns the two operands' per-group
 /// `scale_inv` (f32 `[groups]`: ours A, then B) with the unit-scale output
-/// (`LowpBackend::grouped_gemm_unscaled`).
+/// (`GroupedOps::grouped_gemm_unscaled`).
 #[allow(clippy::type_complexity)]
 pub fn grouped_gemm_unscaled<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     kind: GemmKind,

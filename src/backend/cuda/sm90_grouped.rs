@@ -109,7 +109,7 @@ pub fn set_grouped_kernel(kernel: GroupedKernel) {
 }
 
 /// Whether CUDA device `device` has compute capability exactly 9.0 (H100, H200, GH200), the
-/// kernels' `sm_90a` target (the attributes read once per device, `cuda_gemm::device_attribute`).
+/// kernels' `sm_90a` target (the attributes read once per device, `device::device_attribute`).
 pub fn is_sm90(device: usize) -> bool {
     use cuda::CUdevice_attribute as A;
     super::device::is_hopper(device)

@@ -257,8 +257,8 @@ pub fn causal_softmax_reference<B: LowpBackend>(x: FloatTensor<B>, scale: f32) -
     Ok(p.reshape([rows, seq]).cast(dtype).into_primitive().tensor())
 }
 
-/// The reference of `AttentionOps::attention_causal_softmax_backward`: `scale · p · (dp - Σ p · dp)`
-/// per row, in f32, rounded to p's dtype once.
+/// The reference of `AttentionOps::attention_causal_softmax_backward`: `scale · p · (dp - Σ p ·
+/// dp)` per row, in f32, rounded to p's dtype once.
 pub fn causal_softmax_backward_reference<B: LowpBackend>(
     p: FloatTensor<B>,
     dp: FloatTensor<B>,

@@ -243,9 +243,10 @@ fn float<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-/// The grouped GEMM as one GEMM per group (`GemmOps::gemm_quantized`) on the host-known groups, each on the
-/// group's tokens only (dequantized, so each runs as `lowp_gemm` of those values would), with
-/// zero rows for padding and tail. The path on NdArray and wgpu; it reads the splits on the host.
+/// The grouped GEMM as one GEMM per group (`GemmOps::gemm_quantized`) on the host-known groups,
+/// each on the group's tokens only (dequantized, so each runs as `gemm_quantized` of those values
+/// would), with zero rows for padding and tail. The path on NdArray and wgpu; it reads the splits
+/// on the host.
 pub fn grouped_gemm_per_group<B: LowpBackend>(
     kind: GemmKind,
     a: GroupedOperand<B>,
@@ -472,8 +473,8 @@ pub fn move_rows<B: LowpBackend>(
     }
 }
 
-/// The bias add of `GroupedOps::grouped_epilogue` in Burn tensor ops: the per-row bias matrix (a zero row
-/// for groups past the bias's rows), then an add.
+/// The bias add of `GroupedOps::grouped_epilogue` in Burn tensor ops: the per-row bias matrix (a
+/// zero row for groups past the bias's rows), then an add.
 pub fn add_selected_bias<B: LowpBackend>(
     y: FloatTensor<B>,
     bias: FloatTensor<B>,

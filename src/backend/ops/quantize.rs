@@ -71,7 +71,8 @@ pub trait QuantizeOps<B: LowpBackend> {
         delayed_update_by_ops::<B>(history, scale, numerator, most_recent)
     }
 
-    /// Dequantizes one representation to an f32 `[rows, cols]` tensor. Block scales must be compact.
+    /// Dequantizes one representation to an f32 `[rows, cols]` tensor. Block scales must be
+    /// compact.
     fn quantize_dequantize(q: &QuantizedTensor<B>, direction: Direction) -> Result<FloatTensor<B>>;
 
     /// Rewrites MXFP8/NVFP4 block scales into the GEMM-swizzled layout.
@@ -91,9 +92,9 @@ fn f32_on<B: Backend>(device: &B::Device) -> TensorCreationOptions<B> {
 /// history is 1024 x slots: 32 blocks of 32).
 const HISTORY_BLOCK: usize = 32;
 
-/// `QuantizeOps::quantize_delayed_update` as tensor ops (the default, and the CubeCL kernel's twin):
-/// a blocked max over the history's rows (or row 0), the scale rule elementwise, the roll as a
-/// `cat`, row 0 zeroed.
+/// `QuantizeOps::quantize_delayed_update` as tensor ops (the default, and the CubeCL kernel's
+/// twin): a blocked max over the history's rows (or row 0), the scale rule elementwise, the roll as
+/// a `cat`, row 0 zeroed.
 pub fn delayed_update_by_ops<B: Backend>(
     history: FloatTensor<B>,
     scale: FloatTensor<B>,

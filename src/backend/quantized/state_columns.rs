@@ -8,10 +8,10 @@ use burn::tensor::ops::FloatTensor;
 
 use crate::error::{LowpError, Result};
 
-/// Row 0 of a module's delayed-scaling amax history `history [len, width]` (f32, columns one
-/// word apart; rows may be pitched), where a cast on a backend with
-/// `LowpBackend::quantize_delayed_amax_in_place` folds its amaxes in its own launch: group g's (a plain
-/// tensor's: g = 0) into column `first + g * stride`.
+/// Row 0 of a module's delayed-scaling amax history `history [len, width]` (f32, columns one word
+/// apart; rows may be pitched), where a cast on a backend with
+/// `QuantizeOps::quantize_delayed_amax_in_place` folds its amaxes in its own launch: group g's (a
+/// plain tensor's: g = 0) into column `first + g * stride`.
 #[derive(Clone, Debug)]
 pub struct AmaxHistoryColumns<B: Backend> {
     pub history: FloatTensor<B>,

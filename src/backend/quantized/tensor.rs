@@ -1,9 +1,9 @@
 //! `QuantizedTensor<B>`: a logical `[rows, cols]` shape and optional rowwise and columnwise
 //! storages. It lives in `backend` because the backend ops produce and read it (`quant`, which
-//! makes it through quantizers, re-exports it). A storage is either quantized (device bytes for codes, scales and amax, in its own
-//! format: the two directions of a hybrid tensor differ) or the high-precision tensor itself
-//! (identity). A quantized storage is the device twin of `format::QuantizedData`, with the same
-//! layouts (see `format::quantized`).
+//! makes it through quantizers, re-exports it). A storage is either quantized (device bytes for
+//! codes, scales and amax, in its own format: the two directions of a hybrid tensor differ) or the
+//! high-precision tensor itself (identity). A quantized storage is the device twin of
+//! `format::QuantizedData`, with the same layouts (see `format::quantized`).
 
 use burn::tensor::ops::FloatTensor;
 

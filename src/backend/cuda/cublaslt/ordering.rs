@@ -1,6 +1,6 @@
 //! How cuBLASLt's streams are ordered against CubeCL's stream (`StreamOrdering`, see the module
-//! docs of `cublaslt`): the setting, the event fork and join of `CubeclStream`, and the device flags
-//! and wait kernels of `DeviceFlags`.
+//! docs of `cublaslt`): the setting, the event fork and join of `CubeclStream`, and the device
+//! flags and wait kernels of `DeviceFlags`.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU8, Ordering};
