@@ -38,7 +38,7 @@ pub fn check_amax_over_many_chunks_per_unit<B: LowpBackend>(device: &B::Device, 
             let x = HostMatrix::new("input", rows, cols, dtype, values).unwrap();
             let context = format!("fp8 current {} [{rows}, {cols}], largest at {at}", dtype.name());
             let reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
-            let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, false)
+            let ours = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::ROWWISE, false)
                 .unwrap_or_else(|e| panic!("{context}: {e}"));
             assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
             cases += 1;
@@ -88,7 +88,7 @@ fn quantize_cases_match_reference<B: LowpBackend>(
                     let context = format!("{name} {} [{rows}, {cols}] {usage:?}", dtype.name());
                     let reference = quantize(&x, &config, usage).unwrap();
                     let ours =
-                        B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
+                        B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, usage, false)
                             .unwrap_or_else(|e| panic!("{context}: {e}"));
                     assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                     cases += 1;
@@ -114,14 +114,14 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                 let mut reference = quantize(&x, &config, Usage::BOTH).unwrap();
                 // optimize_for_gemm writes swizzled scales from the kernel ...
                 let direct =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, true)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, true)
                         .unwrap();
                 // ... the standalone kernels swizzle compact ones and undo it.
                 let compact =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
                         .unwrap();
-                let swizzled = B::swizzle_scales(compact).unwrap();
-                let unswizzled = B::unswizzle_scales(swizzled.clone()).unwrap();
+                let swizzled = B::quantize_swizzle_scales(compact).unwrap();
+                let unswizzled = B::quantize_unswizzle_scales(swizzled.clone()).unwrap();
                 assert_bit_equal(
                     &unswizzled.to_host().unwrap(),
                     &reference,
@@ -142,7 +142,7 @@ pub fn check_swizzled_scales_match_reference<B: LowpBackend>(
                 let mut reference = quantize(&x, &config, Usage::ROWWISE).unwrap();
                 reference.swizzle_scales().unwrap();
                 let direct =
-                    B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::ROWWISE, true)
+                    B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::ROWWISE, true)
                         .unwrap();
                 assert_bit_equal(
                     &direct.to_host().unwrap(),
@@ -163,7 +163,7 @@ pub fn check_dequantize_matches_reference<B: LowpBackend>(
             let (rows, cols) = shapes(&config)[1];
             let x = input(rows, cols, dtype, 77);
             let reference = quantize(&x, &config, Usage::BOTH).unwrap();
-            let q = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+            let q = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
                 .unwrap();
             for direction in [Direction::Rowwise, Direction::Columnwise] {
                 let context = format!("{name} {} {direction:?} dequantize", dtype.name());
@@ -174,7 +174,7 @@ pub fn check_dequantize_matches_reference<B: LowpBackend>(
                     .map(|v| v.to_bits())
                     .collect();
                 let got: Vec<u32> =
-                    crate::common::read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap())
+                    crate::common::read_f32::<B>(B::quantize_dequantize(&q, direction).unwrap())
                         .iter()
                         .map(|v| v.to_bits())
                         .collect();
@@ -228,7 +228,7 @@ pub fn check_nvfp4_special_values_match_reference<B: LowpBackend>(device: &B::De
                 for usage in [Usage::BOTH, Usage::ROWWISE, Usage::COLUMNWISE] {
                     let context = format!("special values {name} {} inf {with_inf} {usage:?}", dtype.name());
                     let reference = quantize(&x, &config, usage).unwrap();
-                    let ours = B::lowp_quantize(B::float_from_host(&x, device), &config, usage, false)
+                    let ours = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, usage, false)
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
                     assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                     cases += 1;
@@ -280,11 +280,11 @@ pub fn check_fp8_special_values_match_reference<B: LowpBackend>(device: &B::Devi
             for scale in [1.0f32, 0.5, 4.0] {
                 let context = format!("special values {fp8:?} scale {scale} {}", dtype.name());
                 let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
-                let scale_tensor = B::float_from_host(
+                let scale_tensor = B::bytes_float_from_host(
                     &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![scale]).unwrap(),
                     device,
                 );
-                let ours = B::quantize_fp8_with_scale(B::float_from_host(&x, device), fp8, ScaleColumns::whole(scale_tensor), Usage::BOTH, None)
+                let ours = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, ScaleColumns::whole(scale_tensor), Usage::BOTH, None)
                     .unwrap_or_else(|e| panic!("{context}: {e}"));
                 assert_bit_equal(&ours.to_host().unwrap(), &reference, &context);
                 cases += 1;
@@ -329,7 +329,7 @@ pub fn check_goldens<B: LowpBackend>(device: &B::Device, native_bf16: bool) {
         }
         let reference = quantize(&x, &config, Usage::BOTH).unwrap();
         let ours =
-            B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false).unwrap();
+            B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false).unwrap();
         assert_bit_equal(
             &ours.to_host().unwrap(),
             &reference,
@@ -359,7 +359,7 @@ pub fn check_bad_shapes_are_errors<B: LowpBackend>(device: &B::Device) {
     ];
     for (config, rows, cols, expect) in cases {
         let x = input(rows, cols, InputDtype::F32, 1);
-        let err = B::lowp_quantize(B::float_from_host(&x, device), &config, Usage::BOTH, false)
+        let err = B::quantize_tensor(B::bytes_float_from_host(&x, device), &config, Usage::BOTH, false)
             .unwrap_err()
             .to_string();
         assert!(err.contains(expect), "{err}");

@@ -22,7 +22,7 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
                 let reference = quantize_fp8_with_scale(&x, fp8, scale, Usage::BOTH).unwrap();
                 // The scale read in place from column 3 of a module's scales.
                 let ours = B::quantize_fp8_with_scale(
-                    B::float_from_host(&x, device),
+                    B::bytes_float_from_host(&x, device),
                     fp8,
                     scale_state::<B>(&[scale], 3, 1, device),
                     Usage::BOTH,
@@ -37,21 +37,21 @@ pub fn check_delayed_scaling_matches_reference<B: LowpBackend>(
     // grouped).
     let x = input(96, 160, InputDtype::F32, 5);
     let narrow = ScaleColumns { first: 2, ..scale_state::<B>(&[1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, Usage::BOTH, None)
+    let err = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, narrow, Usage::BOTH, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("scales") && err.contains("2 + g * 1"), "{err}");
     let (x, groups) = grouped_input(&[64, 64], 128, 128, InputDtype::F32, 7);
     let device_groups = Groups::<B>::from_host(groups, x.rows, device).unwrap();
     let narrow = ScaleColumns { stride: 3, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, narrow, &device_groups,
+    let err = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, narrow, &device_groups,
         Usage::BOTH, GroupScaling::PerGroup, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("scales") && err.contains("for 2 groups"), "{err}");
     // A stride whose columns overflow the index range is the same error, not a panic.
     let huge = ScaleColumns { stride: usize::MAX, ..scale_state::<B>(&[1.0, 1.0], 0, 1, device) };
-    let err = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E4M3, huge, &device_groups,
+    let err = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, huge, &device_groups,
         Usage::BOTH, GroupScaling::PerGroup, None)
         .unwrap_err()
         .to_string();
@@ -63,7 +63,7 @@ fn host_amax(values: &[f32]) -> f32 {
     values.iter().map(|v| if v.is_nan() { 0.0 } else { v.abs() }).fold(0.0f32, f32::max)
 }
 
-/// Delayed casts on a backend that records in place (`delayed_amax_in_place`) fold each group's
+/// Delayed casts on a backend that records in place (`quantize_delayed_amax_in_place`) fold each group's
 /// amax into its column of the history's row 0 with a maximum (a second cast, the next
 /// micro-batch, keeps the larger) and write nothing else: plain, grouped (columns `1 + 3g`, an
 /// empty group among them) and padded grouped casts, and a history made by `zeros`. The amaxes
@@ -71,7 +71,7 @@ fn host_amax(values: &[f32]) -> f32 {
 /// NdArray records with tensor ops instead (`tests/recipes.rs` checks that path).
 pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     use burn_lowp::backend::{AmaxHistoryColumns, GroupedFp8Scaling};
-    if !B::delayed_amax_in_place() {
+    if !B::quantize_delayed_amax_in_place() {
         return;
     }
     let (len, width) = (4usize, 16usize);
@@ -87,7 +87,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         let mut expected = prefill.clone();
         for seed in [3u64, 4] {
             let x = input(96, 160, dtype, seed);
-            B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
+            B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(0.5), Usage::BOTH, record(&history, 5, 1)).unwrap();
             expected[5] = expected[5].max(host_amax(&x.values));
             assert_eq!(read_f32::<B>(history.clone()), expected, "plain delayed cast, {} seed {seed}", dtype.name());
         }
@@ -99,7 +99,7 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
         let mut expected = prefill.clone();
         for shared in [GroupScaling::PerGroup, GroupScaling::Shared] {
-            B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), Fp8Format::E5M2, scales.clone(), &device_groups,
+            B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E5M2, scales.clone(), &device_groups,
                 Usage::ROWWISE, shared, record(&history, 1, 3)).unwrap();
         }
         for (g, group) in groups.iter().enumerate() {
@@ -113,10 +113,10 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let history = f32_tensor::<B>(prefill.clone(), len, width, device);
         let scaling = GroupedFp8Scaling::Delayed { fp8: Fp8Format::E4M3, scales: scales.clone(), record: record(&history, 2, 2) };
-        B::quantize_fp8_grouped_padded(B::float_from_host(&packed, device), &layout, scaling, Usage::BOTH, GroupScaling::PerGroup).unwrap();
+        B::grouped_quantize_fp8_padded(B::bytes_float_from_host(&packed, device), &layout, scaling, Usage::BOTH, GroupScaling::PerGroup).unwrap();
         let mut expected = prefill.clone();
         let mut start = 0usize;
         for (g, &n) in splits.iter().enumerate() {
@@ -130,20 +130,20 @@ pub fn check_delayed_casts_record_into_history<B: LowpBackend>(device: &B::Devic
     // CUDA), as a module's state starts.
     let zeros = B::float_zeros(burn::tensor::Shape::new([1024, 3]), device, burn::tensor::FloatDType::F32);
     let x = input(96, 160, InputDtype::F32, 6);
-    B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
+    B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::ROWWISE, record(&zeros, 2, 1)).unwrap();
     let mut expected = vec![0.0f32; 1024 * 3];
     expected[2] = host_amax(&x.values);
     assert_eq!(read_f32::<B>(zeros), expected, "delayed cast into a zeros history");
     // A history that cannot hold the columns is an error, not a write past its row.
     let history = f32_tensor::<B>(prefill.clone(), len, width, device);
     let x = input(96, 160, InputDtype::F32, 5);
-    let err = B::quantize_fp8_with_scale(B::float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::BOTH, record(&history, width, 1))
+    let err = B::quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), Fp8Format::E4M3, one(1.0), Usage::BOTH, record(&history, width, 1))
         .unwrap_err()
         .to_string();
     assert!(err.contains("amax history"), "{err}");
 }
 
-/// `lowp_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
+/// `quantize_delayed_update` (one kernel on CubeCL backends) equals its tensor-op twin
 /// (`delayed_update_by_ops`) bit for bit, new history and new scales: histories of 1, 2, 5,
 /// 1024 and 1100 rows (the twin's blocked max has a tail there), 1 to 70 slots, `max` and
 /// `most_recent`, with zero, infinite, subnormal (the scale overflows to f32::MAX) and ordinary
@@ -169,7 +169,7 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
                 let (h, s) = inputs();
                 let (h_ops, s_ops) = delayed_update_by_ops::<B>(h, s, numerator, most_recent).unwrap();
                 let (h, s) = inputs();
-                let (h_k, s_k) = B::lowp_delayed_update(h, s, numerator, most_recent).unwrap();
+                let (h_k, s_k) = B::quantize_delayed_update(h, s, numerator, most_recent).unwrap();
                 let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
                 let context = format!("history {len}x{width}, most_recent {most_recent}, numerator {numerator}");
                 assert_eq!(bits(read_f32::<B>(s_k)), bits(read_f32::<B>(s_ops)), "{context}: scales");
@@ -179,7 +179,7 @@ pub fn check_delayed_update_matches_tensor_ops<B: LowpBackend>(device: &B::Devic
         }
     }
     let wrong = B::float_reshape(f32_tensor::<B>(vec![1.0; 4], 1, 4, device), burn::tensor::Shape::new([4]));
-    assert!(B::lowp_delayed_update(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong.clone(), 448.0, false).is_err());
+    assert!(B::quantize_delayed_update(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong.clone(), 448.0, false).is_err());
     assert!(delayed_update_by_ops::<B>(f32_tensor::<B>(vec![0.0; 6], 2, 3, device), wrong, 448.0, false).is_err());
     println!("{cases} delayed-scaling updates equal their tensor-op twin");
 }

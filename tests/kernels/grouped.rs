@@ -24,7 +24,7 @@ pub fn check_dropped_group_layout_leaves_reads_working<B: LowpBackend>(device: &
             burn::tensor::TensorData::new(vec![0i64, 200, 37, 63], [4]),
             device,
         );
-        drop(B::group_layout(m_splits.into_primitive(), 300).unwrap());
+        drop(B::grouped_layout(m_splits.into_primitive(), 300).unwrap());
         let values: Vec<f32> = (0..64).map(|i| i as f32).collect();
         assert_eq!(read_f32::<B>(f32_tensor::<B>(values.clone(), 4, 16, device)), values);
     }
@@ -64,7 +64,7 @@ pub fn check_group_layout_matches_reference<B: LowpBackend>(device: &B::Device) 
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let context = format!("splits {splits:?} over {tokens} tokens");
         assert_eq!(layout.rows(), reference.rows, "{context}: rows");
         assert_eq!(ints::<B>(layout.row_group.clone()), reference.row_group, "{context}: row groups");
@@ -94,8 +94,8 @@ fn fp8_storage_bytes<B: LowpBackend>(q: &QuantizedTensor<B>, direction: Directio
     (codes, B::bytes_to_host(scales), amax, s.shared_scale)
 }
 
-/// `quantize_fp8_grouped_padded` (CubeBackend: the amax and cast kernels read the packed tokens
-/// through the layout's row map) equals its unfused twin, padding with `lowp_gather_rows` and
+/// `grouped_quantize_fp8_padded` (CubeBackend: the amax and cast kernels read the packed tokens
+/// through the layout's row map) equals its unfused twin, padding with `grouped_gather_rows` and
 /// then quantizing, bit for bit: codes of both directions, scales and amaxes, for current and
 /// delayed scaling, per-group and shared scales, E4M3 and E5M2, every dtype given; splits with
 /// empty groups and a column count that leaves partial tiles.
@@ -111,7 +111,7 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         let groups = splits.len();
         let scales: Vec<f32> = (0..groups).map(|g| [0.5f32, 3.0, 2.0f32.powi(-9), 100.0][g % 4]).collect();
         for &dtype in dtypes {
@@ -131,9 +131,9 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
                     for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
                         for usage in [Usage::BOTH, Usage::ROWWISE] {
                             let context = format!("splits {splits:?}, {} {fp8:?} {scaling:?} {group_scaling:?} {usage:?}", dtype.name());
-                            let fused = B::quantize_fp8_grouped_padded(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                            let fused = B::grouped_quantize_fp8_padded(B::bytes_float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
                                 .unwrap_or_else(|e| panic!("{context}: {e}"));
-                            let twin = quantize_fp8_padded_after_move(B::float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
+                            let twin = quantize_fp8_padded_after_move(B::bytes_float_from_host(&x, device), &layout, scaling.clone(), usage, group_scaling)
                                 .unwrap_or_else(|e| panic!("{context}: twin: {e}"));
                             assert_eq!((fused.rows, fused.cols), (layout.rows(), cols), "{context}: shape");
                             for direction in [Direction::Rowwise, Direction::Columnwise] {
@@ -160,9 +160,9 @@ pub fn check_padded_fp8_quantize_matches_pad_then_quantize<B: LowpBackend>(devic
         burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
         device,
     );
-    let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
-    let wrong = B::float_from_host(&input(tokens + 16, 64, InputDtype::F32, 3), device);
-    let e = B::quantize_fp8_grouped_padded(
+    let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
+    let wrong = B::bytes_float_from_host(&input(tokens + 16, 64, InputDtype::F32, 3), device);
+    let e = B::grouped_quantize_fp8_padded(
         wrong,
         &layout,
         GroupedFp8Scaling::Current(Fp8CurrentScaling::new(Fp8Format::E4M3)),
@@ -190,13 +190,13 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
             burn::tensor::TensorData::new(splits.iter().map(|&v| v as i64).collect::<Vec<_>>(), [splits.len()]),
             device,
         );
-        let layout = B::group_layout(m_splits.into_primitive(), tokens).unwrap();
+        let layout = B::grouped_layout(m_splits.into_primitive(), tokens).unwrap();
         for &dtype in dtypes {
             let context = format!("splits {splits:?}, {}", dtype.name());
             let mut dy = input(tokens, cols, dtype, 31);
             dy.values[7] = f32::NAN; // skipped by the amax, carried by the sum
-            let packed = || B::float_from_host(&dy, device);
-            let aligned = B::lowp_gather_rows(packed(), layout.aligned_to_packed.clone());
+            let packed = || B::bytes_float_from_host(&dy, device);
+            let aligned = B::grouped_gather_rows(packed(), layout.aligned_to_packed.clone());
             let (sums_p, amax_p) = B::grouped_dbias_amax(packed(), InputRows::Packed, &layout, true).unwrap();
             let (sums_a, amax_a) = B::grouped_dbias_amax(aligned, InputRows::Aligned, &layout, true).unwrap();
             let floats = |t| {
@@ -235,7 +235,7 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
                 assert_eq!(B::bytes_to_host(&amax), B::bytes_to_host(&amax_a.unwrap()), "{context}: packed and aligned amaxes");
                 let config = Fp8CurrentScaling::new(Fp8Format::E4M3);
                 for group_scaling in [GroupScaling::PerGroup, GroupScaling::Shared] {
-                    let fused = B::quantize_fp8_grouped_padded(packed(), &layout,
+                    let fused = B::grouped_quantize_fp8_padded(packed(), &layout,
                         GroupedFp8Scaling::CurrentFromAmax { config, amax: amax.clone() }, Usage::BOTH, group_scaling).unwrap();
                     let twin = quantize_fp8_padded_after_move(packed(), &layout, GroupedFp8Scaling::Current(config), Usage::BOTH, group_scaling).unwrap();
                     let defined = host.groups.iter().map(|g| g.start + g.len).max().unwrap_or(0) * cols;
@@ -250,7 +250,7 @@ pub fn check_grouped_dbias_amax_matches_reference<B: LowpBackend>(device: &B::De
     println!("grouped dbias and amaxes match the reference");
 }
 
-/// `lowp_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
+/// `grouped_gather_rows` picks the indexed rows and zero rows for indices past the end, exactly (a
 /// copy), for every dtype given; rows of a whole number of 32-bit words take the row-gather kernel
 /// on CubeBackend, odd f16 rows Burn's `select`.
 pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
@@ -259,8 +259,8 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     for &dtype in dtypes {
         for cols in [64, 3] {
             let t = input(rows, cols, dtype, 11);
-            let got = B::lowp_gather_rows(
-                B::float_from_host(&t, device),
+            let got = B::grouped_gather_rows(
+                B::bytes_float_from_host(&t, device),
                 burn::tensor::Tensor::<B, 1, burn::tensor::Int>::from_data(
                     burn::tensor::TensorData::new(index.clone(), [index.len()]),
                     device,
@@ -284,7 +284,7 @@ pub fn check_gather_rows_matches_reference<B: LowpBackend>(device: &B::Device, d
     }
 }
 
-/// `lowp_group_epilogue` scales group g's rows by `scale_a[g] * scale_b[g]` (rounded to the dtype,
+/// `grouped_epilogue` scales group g's rows by `scale_a[g] * scale_b[g]` (rounded to the dtype,
 /// rows of no group by 0), adds bias row `g` to them and a zero bias to padding and tail rows (-0
 /// becomes +0), the sum rounded once to the dtype (nearest even), and, gathered, gives y row
 /// `index[r]`'s result as row r: bit for bit against the host, for every combination.
@@ -299,7 +299,7 @@ pub fn check_group_epilogue_matches_reference<B: LowpBackend>(device: &B::Device
             .into_primitive()
     };
     let f32s = |v: &[f32]| {
-        let m = B::float_from_host(&HostMatrix::new("scales", 1, v.len(), InputDtype::F32, v.to_vec()).unwrap(), device);
+        let m = B::bytes_float_from_host(&HostMatrix::new("scales", 1, v.len(), InputDtype::F32, v.to_vec()).unwrap(), device);
         B::float_reshape(m, burn::tensor::Shape::new([v.len()]))
     };
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -315,11 +315,11 @@ pub fn check_group_epilogue_matches_reference<B: LowpBackend>(device: &B::Device
                 [(true, false, false), (true, false, true), (false, true, false), (true, true, false), (true, true, true), (false, true, true)]
             {
                 let epilogue = GroupEpilogue {
-                    bias: with_bias.then(|| B::float_from_host(&bias, device)),
+                    bias: with_bias.then(|| B::bytes_float_from_host(&bias, device)),
                     scales: with_scales.then(|| (f32s(&scale_a), f32s(&scale_b))),
                     gather: gathered.then(|| ints(&index)),
                 };
-                let got = B::lowp_group_epilogue(B::float_from_host(&y, device), ints(&row_group), epilogue);
+                let got = B::grouped_epilogue(B::bytes_float_from_host(&y, device), ints(&row_group), epilogue);
                 let got = burn::tensor::Tensor::<B, 2>::from_primitive(burn::tensor::TensorPrimitive::Float(got));
                 let out_rows = if gathered { index.len() } else { rows };
                 let context = format!("{dtype:?} cols {cols}, bias {with_bias}, scales {with_scales}, gathered {gathered}");
@@ -368,7 +368,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
                 &[Usage::BOTH]
             };
             for &usage in usages {
-                let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups, &config, usage, GroupScaling::PerGroup)
+                let q = B::grouped_quantize(B::bytes_float_from_host(&x, device), &device_groups, &config, usage, GroupScaling::PerGroup)
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
                 for (g, group) in groups.iter().enumerate() {
                     if group.len == 0 {
@@ -386,7 +386,7 @@ pub fn check_grouped_quantize_matches_per_slice<B: LowpBackend>(device: &B::Devi
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             // Read in place at columns 1 + 2g of a module's scales.
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
+            let q = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
                 &device_groups, Usage::BOTH, GroupScaling::PerGroup, None).unwrap();
             for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.len > 0) {
                 let slice = HostMatrix::new("slice", group.len, cols, dtype,
@@ -449,12 +449,12 @@ pub fn check_grouped_shared_scale_matches_per_slice<B: LowpBackend>(device: &B::
         };
         for fp8 in [Fp8Format::E4M3, Fp8Format::E5M2] {
             let current = Fp8CurrentScaling::new(fp8);
-            let q = B::lowp_quantize_grouped(B::float_from_host(&x, device), &device_groups,
+            let q = B::grouped_quantize(B::bytes_float_from_host(&x, device), &device_groups,
                 &FormatConfig::Fp8Current(current), Usage::BOTH, GroupScaling::Shared).unwrap();
             checked(q, fp8, current.scale_for(largest), &format!("shared current {fp8:?}"));
             let scales = [0.5f32, 3.0, 2.0f32.powi(-9), 100.0];
             // The smallest of columns 1 + 2g, not of the decoys between them.
-            let q = B::quantize_fp8_with_scale_grouped(B::float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
+            let q = B::grouped_quantize_fp8_with_scale(B::bytes_float_from_host(&x, device), fp8, scale_state::<B>(&scales, 1, 2, device),
                 &device_groups, Usage::BOTH, GroupScaling::Shared, None).unwrap();
             checked(q, fp8, 2.0f32.powi(-9), &format!("shared delayed {fp8:?}"));
         }

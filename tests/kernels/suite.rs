@@ -185,7 +185,7 @@ pub fn scale_state<B: LowpBackend>(scales: &[f32], first: usize, stride: usize, 
 
 /// An f32 `[rows, cols]` tensor of backend `B` from host values.
 pub fn f32_tensor<B: LowpBackend>(values: Vec<f32>, rows: usize, cols: usize, device: &B::Device) -> burn::tensor::ops::FloatTensor<B> {
-    B::float_from_host(&HostMatrix::new("f32", rows, cols, InputDtype::F32, values).unwrap(), device)
+    B::bytes_float_from_host(&HostMatrix::new("f32", rows, cols, InputDtype::F32, values).unwrap(), device)
 }
 
 /// A grouped input laid out as the layout of `splits` says: packed random rows at their aligned
