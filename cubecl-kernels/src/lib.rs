@@ -43,44 +43,8 @@ pub use cast::codec::Fp8Kind;
 pub use cubecl;
 pub use util::elements::ElemKind;
 
-// ---------------------------------------------------------------------------------------------
-// Paths kept for callers; to be removed once callers use the concern modules.
-//
-// The crate used to be one flat folder of kernel files with every launcher in `launch.rs`,
-// glob-exported at the root. The root crate still reaches its items by those paths
-// (`burn_lowp_kernels::quantize_fp8_tensor`, `kernels::norm::norm_forward`, ...); these
-// re-exports keep them working until it moves to the paths above.
-// ---------------------------------------------------------------------------------------------
-
-// The former modules that callers name, where they now live.
-pub use attention::{heads, rope, softmax};
-pub use cast::{delayed_scaling, fp8, gemm_block_scales, scale};
-pub use grouped::{group_dbias_amax, group_epilogue, group_layout, row_gather, row_scale};
-pub use norm_act::dbias_amax;
-pub use optim::{adamw, sum_squares};
-pub use util::stream_flags;
-
-/// The former `activation` module, which also held the activation functions.
-pub mod activation {
-    pub use crate::norm_act::act_fn::*;
-    pub use crate::norm_act::activation::*;
-}
-
-/// The former `norm` module, which also held `WordMatrix`.
-pub mod norm {
-    pub use crate::norm_act::norm::*;
-    pub use crate::util::matrix::WordMatrix;
-}
-
-/// The former `token_routing` module, now one file per step.
-pub mod token_routing {
-    pub use crate::routing::combine_rows::{combine_rows, combine_rows_backward, combine_weights_grad};
-    pub use crate::routing::expert_positions::expert_positions;
-    pub use crate::routing::route_rows::route_rows;
-    pub use crate::routing::top_k::top_k;
-}
-
-// The former `launch.rs`, glob-exported at the root.
+// The launchers and types callers use most, at the root as well as in their concern modules: the
+// backend calls them by these paths, so a kernel can move between files without touching it.
 pub use cast::amax::{amax, amax_with_rht, group_amax, group_amax_gathered};
 pub use cast::dequantize::{
     dequantize_fp8, dequantize_fp8_grouped, dequantize_mxfp8, dequantize_nvfp4, Fp8Scales,

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn_lowp_kernels::activation::{ActFn, ActivationParams as KernelParams};
+use burn_lowp_kernels::norm_act::act_fn::{ActFn, ActivationParams as KernelParams};
 use serde::{Deserialize, Serialize};
 
 use crate::error::LowpError;

@@ -2,7 +2,7 @@
 //! input sit (`RopePositions`) and how token rows split into heads (`HeadLayout`, the kernels'
 //! own type).
 
-pub use burn_lowp_kernels::heads::HeadLayout;
+pub use burn_lowp_kernels::attention::heads::HeadLayout;
 
 /// Where the rows of a RoPE input sit: `x [rows, head]` holds whole sequences of `seq` rows,
 /// row r at position `r % seq + start` of the frequency table.

@@ -1,6 +1,6 @@
 //! Where a cuBLASLt GEMM's host time goes: per-phase wall-clock totals of the calls made while
 //! profiling is on, so that a benchmark can print what one `gemm_quantized` costs the CPU and in
-//! which step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
+//! which step. Off by default; when off each phase costs one relaxed atomic load.
 //!
 //! Phases (`GemmPhase`), in the order one call runs them:
 //! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is handed

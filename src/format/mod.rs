@@ -1,5 +1,5 @@
 //! The executable spec: pure-Rust reference quantizers for every format, bit-exact with NVIDIA
-//! Transformer Engine's numerics (`shared/reference/transformer-engine-facts.md` sections 1-5).
+//! Transformer Engine's numerics (the semantics are summarised in `docs/formats.md`).
 //!
 //! Written for reading, step by step, like TE's `reference_nvfp4.py`; the CubeCL kernels are held
 //! to these functions bit for bit.

@@ -5,7 +5,7 @@
 //! `combine` (each token's k expert rows weighted by the router and summed in f32).
 //!
 //! Each step is a backend op (`RoutingOps`): the CubeCL kernels
-//! (`burn_lowp_kernels::token_routing`) do each in one or a few launches; the `*_reference`
+//! (`burn_lowp_kernels::routing`) do each in one or a few launches; the `*_reference`
 //! functions beside the trait (`backend::ops::routing`) are the same steps in Burn tensor ops
 //! (some forty launches per layer on a GPU), the defaults for the other backends and the
 //! references the kernel tests compare against. Nothing reads the device on the host.

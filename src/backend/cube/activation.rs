@@ -7,9 +7,9 @@ use burn::tensor::ops::FloatTensor;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
-use kernels::activation::ActivationConfig;
+use kernels::norm_act::activation::ActivationConfig;
 use kernels::cubecl::prelude::ComputeClient;
-use kernels::norm::WordMatrix;
+use kernels::util::matrix::WordMatrix;
 
 use super::buffers::{bytes, elem_kind, f32_tensor, kernel_error, like, matrix, prepare, same_dtype};
 use super::cast::{activated_fp8_cast, current_scaling_rule, fp8_kind, history_row, StateTarget};
@@ -47,7 +47,7 @@ fn activation_forward<R: CubeRuntime>(
     let kind = elem_kind(h.dtype, "activation input")?;
     let h = prepare(h);
     let client = h.client.clone();
-    let (y, amax) = kernels::activation::activation_forward(
+    let (y, amax) = kernels::norm_act::activation::activation_forward(
         &client,
         WordMatrix {
             handle: &h.handle,
@@ -88,7 +88,7 @@ fn activation_backward<R: CubeRuntime>(
     }
     let (dy, h) = (prepare(dy), prepare(h));
     let client = dy.client.clone();
-    let out = kernels::activation::activation_backward(
+    let out = kernels::norm_act::activation::activation_backward(
         &client,
         WordMatrix {
             handle: &dy.handle,
@@ -122,7 +122,7 @@ fn dbias_amax<R: CubeRuntime>(
     };
     let dy = prepare(dy);
     let client = dy.client.clone();
-    let (dbias, amax) = kernels::dbias_amax::dbias_and_amax(
+    let (dbias, amax) = kernels::norm_act::dbias_amax::dbias_and_amax(
         &client,
         WordMatrix {
             handle: &dy.handle,

@@ -7,7 +7,7 @@ use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
-use kernels::norm::WordMatrix;
+use kernels::util::matrix::WordMatrix;
 
 use super::buffers::{elem_kind, kernel_error, like, matrix, prepare};
 use crate::backend::attention::{HeadLayout, RopePositions};
@@ -40,7 +40,7 @@ fn rope<R: CubeRuntime>(
     };
     let (x, freq) = (prepare(x), prepare(freq));
     let client = x.client.clone();
-    let y = kernels::rope::rope(
+    let y = kernels::attention::rope::rope(
         &client,
         WordMatrix {
             handle: &x.handle,
@@ -91,7 +91,7 @@ fn split_heads<R: CubeRuntime>(
     let kind = elem_kind(x.dtype, "attention rows")?;
     let freq = freq.map(|f| rope_table(f, layout.head)).transpose()?;
     let x = prepare(x);
-    let parts = kernels::heads::split_heads(
+    let parts = kernels::attention::heads::split_heads(
         &x.client,
         &x.handle,
         kind,
@@ -119,7 +119,7 @@ fn merge_heads<R: CubeRuntime>(
     let parts: Vec<CubeTensor<R>> = parts.into_iter().map(prepare).collect();
     let handles: Vec<&kernels::cubecl::server::Handle> = parts.iter().map(|p| &p.handle).collect();
     let first = &parts[0];
-    let rows = kernels::heads::merge_heads(
+    let rows = kernels::attention::heads::merge_heads(
         &first.client,
         &handles,
         kind,
@@ -160,7 +160,7 @@ fn causal_softmax<R: CubeRuntime>(
         kind,
     };
     let y = match backward {
-        None => kernels::softmax::causal_softmax(&client, matrix, scale),
+        None => kernels::attention::softmax::causal_softmax(&client, matrix, scale),
         Some(dp) => {
             let dp = if dp.dtype == x.dtype {
                 dp
@@ -168,7 +168,7 @@ fn causal_softmax<R: CubeRuntime>(
                 B::<R>::float_cast(dp, float_dtype(x.dtype))
             };
             let dp = prepare(dp);
-            kernels::softmax::causal_softmax_backward(&client, matrix, &dp.handle, scale)
+            kernels::attention::softmax::causal_softmax_backward(&client, matrix, &dp.handle, scale)
         }
     }
     .map_err(kernel_error("attention scores"))?;

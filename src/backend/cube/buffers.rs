@@ -132,10 +132,10 @@ pub(crate) fn kernel_error(tensor: &str) -> impl Fn(KernelError) -> LowpError + 
 }
 
 /// The row-index type of an Int tensor the row kernels read (`row_gather`, `group_epilogue`).
-pub(crate) fn index_kind(dtype: DType) -> Option<kernels::row_gather::IndexKind> {
+pub(crate) fn index_kind(dtype: DType) -> Option<kernels::grouped::row_gather::IndexKind> {
     match dtype {
-        DType::I32 => Some(kernels::row_gather::IndexKind::I32),
-        DType::I64 => Some(kernels::row_gather::IndexKind::I64),
+        DType::I32 => Some(kernels::grouped::row_gather::IndexKind::I32),
+        DType::I64 => Some(kernels::grouped::row_gather::IndexKind::I64),
         _ => None,
     }
 }

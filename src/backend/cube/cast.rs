@@ -10,7 +10,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_lowp_kernels as kernels;
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
-use kernels::scale::ScaleRule;
+use kernels::cast::scale::ScaleRule;
 use kernels::{DirectionOutput, Directions, Fp8Kind, InputMatrix, KernelError, QuantizeOutput};
 
 use super::buffers::{bytes, elem_kind, kernel_error, prepare};
@@ -287,7 +287,7 @@ pub(crate) fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeByte
     cast: impl FnOnce(
         &ComputeClient<R>,
         InputMatrix,
-        (kernels::fp8::Fp8Prologue, kernels::activation::ActivationParams),
+        (kernels::cast::fp8::Fp8Prologue, kernels::norm_act::act_fn::ActivationParams),
         Directions,
     ) -> std::result::Result<kernels::QuantizeOutput, kernels::KernelError>,
 ) -> Result<Option<QuantizedTensor<B>>> {
@@ -314,7 +314,7 @@ pub(crate) fn activated_fp8_cast<R: CubeRuntime, B: LowpBackend<Bytes = CubeByte
         kind,
     };
     let prologue = (
-        kernels::fp8::Fp8Prologue {
+        kernels::cast::fp8::Fp8Prologue {
             act: spec.activation.function(),
             gated,
             clamped_gate: spec.activation == Activation::ClampedSwiglu,

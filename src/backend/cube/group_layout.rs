@@ -36,7 +36,7 @@ pub(crate) fn group_layout<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
     let count = shape.as_slice()[0];
     let splits = into_contiguous(Cube::<R, F, I, BT>::int_cast(m_splits, IntDType::I32));
     let (client, device) = (splits.client.clone(), splits.device.clone());
-    let buffers = kernels::group_layout::group_layout(
+    let buffers = kernels::grouped::group_layout::group_layout(
         &client,
         &splits.handle,
         count,
@@ -69,7 +69,7 @@ pub(crate) fn group_layout<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
             start.clone(),
             len.clone(),
             words(&buffers.group_tokens, count),
-            words(&buffers.status, kernels::group_layout::STATUS_WORDS),
+            words(&buffers.status, kernels::grouped::group_layout::STATUS_WORDS),
         ],
         !background && split_copy() == SplitCopy::OnRead,
     );

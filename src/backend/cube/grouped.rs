@@ -10,7 +10,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
-use kernels::scale::ScaleRule;
+use kernels::cast::scale::ScaleRule;
 use kernels::{Directions, InputMatrix, RowGroups};
 
 use super::CubeBytes;
@@ -332,7 +332,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         let dy = prepare(dy);
         let index = i32_labels::<R, F, I, BT>(layout.aligned_to_packed.clone());
         let client = dy.client.clone();
-        let (sums, amaxes) = kernels::group_dbias_amax::group_dbias_amax(
+        let (sums, amaxes) = kernels::grouped::group_dbias_amax::group_dbias_amax(
             &client,
             InputMatrix {
                 handle: &dy.handle,
@@ -418,7 +418,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         let t = into_contiguous(t);
         let index = into_contiguous(index);
         let (rows, cols, n) = (shape[0], shape[1], index.shape()[0]);
-        let handle = kernels::row_gather::row_gather(
+        let handle = kernels::grouped::row_gather::row_gather(
             &t.client,
             &t.handle,
             rows,
@@ -467,16 +467,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> GroupedOps
         let y = into_contiguous(y);
         let (rows, cols) = (shape[0], shape[1]);
         let out_rows = gather.as_ref().map_or(rows, |g| g.shape()[0]);
-        let handle = kernels::group_epilogue::group_epilogue(
+        let handle = kernels::grouped::group_epilogue::group_epilogue(
             &y.client,
             &y.handle,
             &row_group.handle,
-            kernels::row_gather::IndexKind::I32,
+            kernels::grouped::row_gather::IndexKind::I32,
             rows,
             cols,
             groups,
             kind,
-            kernels::group_epilogue::Epilogue {
+            kernels::grouped::group_epilogue::Epilogue {
                 bias: bias.as_ref().map(|b| &b.handle),
                 scales: scales.as_ref().map(|(a, b)| (&a.handle, &b.handle)),
                 gather: gather.as_ref().map(|g| (&g.handle, out_rows)),

@@ -7,7 +7,8 @@ use burn::tensor::ops::FloatTensor;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
-use kernels::norm::{NormConfig, WordMatrix};
+use kernels::norm_act::norm::NormConfig;
+use kernels::util::matrix::WordMatrix;
 
 use super::buffers::{bytes, elem_kind, f32_tensor, kernel_error, like, matrix, prepare, same_dtype};
 use super::CubeBytes;
@@ -41,7 +42,7 @@ fn norm_forward<R: CubeRuntime>(
     let gamma = prepare(gamma);
     let beta = beta.map(prepare);
     let client = x.client.clone();
-    let out = kernels::norm::norm_forward(
+    let out = kernels::norm_act::norm::norm_forward(
         &client,
         WordMatrix {
             handle: &x.handle,
@@ -85,7 +86,7 @@ fn norm_backward<R: CubeRuntime>(
         prepare(rstd),
     );
     let client = dy.client.clone();
-    let out = kernels::norm::norm_backward(
+    let out = kernels::norm_act::norm::norm_backward(
         &client,
         WordMatrix {
             handle: &dy.handle,

@@ -8,7 +8,7 @@ use burn::tensor::{DType, Shape, TensorMetadata};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
-use kernels::adamw::AdamWScalars;
+use kernels::optim::adamw::AdamWScalars;
 
 use super::buffers::{elem_kind, prepare};
 use crate::backend::ops::optim::{adamw_step_reference, min_positive};
@@ -47,7 +47,7 @@ where
     // Σ g² read straight from the gradient in its own dtype (`kernels::sum_squares`).
     let sum_squares = step
         .grad_clip_norm
-        .map(|_| kernels::sum_squares::sum_squares(&grad.client, &grad.handle, n, grad_kind));
+        .map(|_| kernels::optim::sum_squares::sum_squares(&grad.client, &grad.handle, n, grad_kind));
     let (correction_1, correction_2) = step.corrections();
     let scalars = AdamWScalars {
         lr: step.lr as f32,
@@ -60,7 +60,7 @@ where
         clip_threshold: step.grad_clip_norm.unwrap_or(0.0),
         min_positive: min_positive(grad_dtype),
     };
-    let out = kernels::adamw::adamw_step(
+    let out = kernels::optim::adamw::adamw_step(
         &param.client,
         &param.handle,
         param_kind,

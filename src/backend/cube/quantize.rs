@@ -48,7 +48,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> QuantizeOp
         }
         let (history, scale) = (into_contiguous(history), into_contiguous(scale));
         let (client, device) = (history.client.clone(), history.device.clone());
-        let (new_history, new_scale) = kernels::delayed_scaling::delayed_scaling_update(
+        let (new_history, new_scale) = kernels::cast::delayed_scaling::delayed_scaling_update(
             &client,
             &history.handle,
             &scale.handle,

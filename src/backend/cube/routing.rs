@@ -11,8 +11,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
 use kernels::cubecl::server::Handle;
-use kernels::norm::WordMatrix;
-use kernels::token_routing as routing;
+use kernels::util::matrix::WordMatrix;
+use kernels::routing;
 
 use super::buffers::{elem_kind, f32_tensor, kernel_error, like, prepare};
 use crate::backend::ops::routing::{
@@ -70,7 +70,7 @@ fn dims2<R: CubeRuntime>(t: &CubeTensor<R>) -> (usize, usize) {
 fn top_k<R: CubeRuntime, B: CubeTensors<R>>(scores: CubeTensor<R>, k: usize, int: DType) -> Result<CubeTensor<R>> {
     let (tokens, experts) = check_top_k::<B>(&scores, k)?;
     let scores = f32_prepared(scores);
-    let index = routing::top_k(&scores.client, &scores.handle, tokens, experts, k)
+    let index = routing::top_k::top_k(&scores.client, &scores.handle, tokens, experts, k)
         .map_err(kernel_error("router scores"))?;
     Ok(int_tensor(&scores, index, vec![tokens, k], int))
 }
@@ -82,7 +82,7 @@ fn expert_positions<R: CubeRuntime, B: CubeTensors<R>>(
 ) -> Result<(CubeTensor<R>, CubeTensor<R>)> {
     let n = check_assignments::<B>(&expert, experts)?;
     let expert = i32_contiguous(expert);
-    let (m_splits, position) = routing::expert_positions(&expert.client, &expert.handle, n, experts)
+    let (m_splits, position) = routing::expert_positions::expert_positions(&expert.client, &expert.handle, n, experts)
         .map_err(kernel_error("assignments' experts"))?;
     Ok((
         int_tensor(&expert, m_splits, vec![experts], int),
@@ -101,7 +101,7 @@ fn route_rows<R: CubeRuntime, B: CubeTensors<R>>(
     let packed_to_aligned = i32_contiguous(layout.packed_to_aligned.clone());
     let aligned_to_packed = i32_contiguous(layout.aligned_to_packed.clone());
     let rows = layout.rows();
-    let (assignment_row, row_assignment, row_token) = routing::route_rows(
+    let (assignment_row, row_assignment, row_token) = routing::route_rows::route_rows(
         &position.client,
         &position.handle,
         &packed_to_aligned.handle,
@@ -145,7 +145,7 @@ fn combine<R: CubeRuntime, B: CubeTensors<R>>(
     let weights = weights.map(f32_prepared);
     let assignment_row = i32_contiguous(routes.assignment_row.clone());
     let matrix = WordMatrix { handle: &y.handle, rows, cols, kind };
-    let out = routing::combine_rows(
+    let out = routing::combine_rows::combine_rows(
         &y.client,
         matrix,
         weights.as_ref().map(|w| &w.handle),
@@ -171,7 +171,7 @@ fn combine_backward<R: CubeRuntime, B: CubeTensors<R>>(
     let weights = weights.map(f32_prepared);
     let row_assignment = i32_contiguous(routes.row_assignment.clone());
     let matrix = WordMatrix { handle: &dout.handle, rows: tokens, cols, kind };
-    let dy = routing::combine_rows_backward(
+    let dy = routing::combine_rows::combine_rows_backward(
         &dout.client,
         matrix,
         weights.as_ref().map(|w| &w.handle),
@@ -202,7 +202,7 @@ fn combine_weights_grad<R: CubeRuntime, B: CubeTensors<R>>(
     let (dout, y) = (prepare(dout), prepare(y));
     let assignment_row = i32_contiguous(routes.assignment_row.clone());
     let matrix = WordMatrix { handle: &dout.handle, rows: tokens, cols, kind };
-    let dw = routing::combine_weights_grad(&dout.client, matrix, &y.handle, rows, &assignment_row.handle, routes.top_k)
+    let dw = routing::combine_rows::combine_weights_grad(&dout.client, matrix, &y.handle, rows, &assignment_row.handle, routes.top_k)
         .map_err(kernel_error("combined rows' gradient"))?;
     Ok(f32_tensor(&dout, dw, vec![tokens, routes.top_k]))
 }

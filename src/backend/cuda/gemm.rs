@@ -27,7 +27,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
-use burn_lowp_kernels::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
+use burn_lowp_kernels::cast::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 use super::cublaslt::{run_group_on_cubecl_buffers, LtGemm, LtOperand, ScaleMode};

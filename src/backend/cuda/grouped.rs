@@ -396,7 +396,7 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         return Ok((out, Some(pair)));
     }
     if let Some(Fp8Scales { a: scale_a, b: scale_b, .. }) = scale_pass.filter(|_| !kernel_scales) {
-        kernels::row_scale::group_row_scale_in_place(
+        kernels::grouped::row_scale::group_row_scale_in_place(
             &client,
             &out,
             kernels::RowGroups {

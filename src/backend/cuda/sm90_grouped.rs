@@ -14,11 +14,11 @@
 //! [`set_grouped_kernel`], else the environment variable `LOWP_GROUPED_KERNEL` (`cublaslt` or
 //! `sm90`, read once per process; another value is reported on stderr and ignored), else
 //! `GroupedKernel::Sm90`, which falls back to cuBLASLt's bound batch wherever our kernel does not
-//! apply (below). On the H100 (stop 48, MEASUREMENTS.md, in turns with PyTorch) our kernel runs
-//! issue 9's shapes at 1.02-1.29 of `torch._grouped_mm` in BF16 and 1.04-1.35 of
+//! apply (below). On the H100 (docs/measurements/2026-11-27-sm90-grouped-gemm-h100.md, in turns
+//! with PyTorch) our kernel runs the grouped-GEMM bench's MoE shapes at 1.02-1.29 of `torch._grouped_mm` in BF16 and 1.04-1.35 of
 //! `torch._scaled_grouped_mm` in FP8 with per-expert scales (2.8-2.9x with the split accumulator
 //! at 128 experts), where the bound batch ran 0.86-1.27 in BF16 and 0.66-0.97 in FP8 with its
-//! scale pass (earlier stops' turns). In the `GroupedLinear` step (8 experts, 2048 -> 2048) it
+//! scale pass (earlier turns, docs/measurements/2026-11-25-grouped-gemm-h100.md). In the `GroupedLinear` step (8 experts, 2048 -> 2048) it
 //! measured 0.3-1.7 % faster than the bound batch in BF16 and, with the hybrid dgrad on it too,
 //! from 1.1 % faster (balanced splits) to 0.8 % slower (skewed) in FP8 current scaling.
 //!

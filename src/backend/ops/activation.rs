@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
 
-use burn_lowp_kernels::activation::ActFn;
+use burn_lowp_kernels::norm_act::act_fn::ActFn;
 
 use super::rows::column_sum;
 use crate::backend::activation::{Activation, ActivationOutput, ActivationSpec};
@@ -105,7 +105,7 @@ fn positive<B: Backend>(x: &Tensor<B, 2>) -> Tensor<B, 2> {
     x.clone().greater_elem(0.0).float()
 }
 
-/// `act(x)` with Burn ops, in f32 (formulas as `burn_lowp_kernels::activation::act_value`).
+/// `act(x)` with Burn ops, in f32 (formulas as `burn_lowp_kernels::norm_act::act_fn::act_value`).
 fn act_value<B: Backend>(x: Tensor<B, 2>, f: ActFn, alpha: f32, limit: f32) -> Tensor<B, 2> {
     match f {
         ActFn::Gelu => {

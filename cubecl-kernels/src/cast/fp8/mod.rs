@@ -371,8 +371,8 @@ fn fp8_cast<R: Runtime>(
         };
     }
     if directions.rowwise && directions.columnwise && x.kind != ElemKind::F32 && prologue.is_none() {
-        // 16-bit input, both copies: units shaped for the transposed stores. On an H100 (stop 44,
-        // A/B in turns) it wrote both copies of 16384 x 8192 bf16 in 201.9 µs against 208.0
+        // 16-bit input, both copies: units shaped for the transposed stores. On an H100 (A/B in turns,
+        // docs/measurements/2026-11-26-norm-kernels-transposed-cast-h100.md) it wrote both copies of 16384 x 8192 bf16 in 201.9 µs against 208.0
         // (current scaling 293.5 against 306.0), but the columnwise copy alone in 148.3 against
         // 146.0 µs.
         launch_cast!(fp8_cast_transposed_kernel, FP8_TRANSPOSED_UNITS);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use burn_lowp_kernels::stream_flags::{READY, TIMED_OUT};
+use burn_lowp_kernels::util::stream_flags::{READY, TIMED_OUT};
 use cudarc::driver::CudaContext;
 
 use super::instance::driver_error;

@@ -10,7 +10,7 @@ use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
 use burn_lowp_kernels::cubecl::stream_id::StreamId;
-use burn_lowp_kernels::stream_flags::{DONE, FLAG_WORDS, TIMED_OUT};
+use burn_lowp_kernels::util::stream_flags::{DONE, FLAG_WORDS, TIMED_OUT};
 use cudarc::driver::{sys as cuda, CudaStream, PushKernelArg};
 
 use super::instance::{driver_error, CublasLt};

@@ -780,7 +780,7 @@ LOWP_GROUPED_GEMM(lowp_grouped_gemm_e5m2_tn_128_pingpong, 128, LOWP_E5M2_E4M3, f
 // Kernels only the probe compiles (`benches/sm90_probe` defines this), which the crate does not
 // launch: BF16 pingpong, which the cooperative kernels overtook once their epilogue went through
 // shared memory, and the cluster twins, which on the H100 ran no faster than the kernels above
-// although they cut the L2 traffic by a fifth (MEASUREMENTS.md, stop 47).
+// although they cut the L2 traffic by a fifth (docs/measurements/2026-11-27-sm90-grouped-gemm-h100.md).
 #ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_tn_128_pingpong, 128, LOWP_BF16, false, false, 6, true)
 LOWP_GROUPED_GEMM(lowp_grouped_gemm_bf16_nn_128_pingpong, 128, LOWP_BF16, true, false, 6, true)
