@@ -1,7 +1,9 @@
 //! Quantized tensors on a backend (`QuantizedTensor` and its storages) and the delayed-scaling
 //! state columns a cast reads and writes: the types the backend ops take and return, here so that
-//! the backend needs nothing from the layers above it (`quant` re-exports them).
+//! the backend needs nothing from the layers above it (`quant` re-exports them). `burn_native`
+//! converts storages to and from Burn's native quantized tensors.
 
+pub mod burn_native;
 mod state_columns;
 mod tensor;
 
