@@ -52,7 +52,9 @@ fn run() -> Result<(), String> {
 
 /// A few Adam steps of one LayerNormMlp under FP8 current scaling: the loss must stay finite.
 fn train(device: &burn::tensor::Device<B>) -> Result<(), String> {
+    // The repository's recipes; `recipes/` of the working directory where the binary was moved.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes");
+    let dir = if dir.is_dir() { dir } else { "recipes".into() };
     let recipe = Recipe::load(dir.join("current_scaling.json")).map_err(err)?;
     let mut mlp = LayerNormMlpConfig::new(128, 256)
         .with_name("mlp".into())
