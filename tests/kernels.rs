@@ -48,6 +48,10 @@ mod sum_squares;
 #[path = "kernels/stats_trees.rs"]
 mod stats_trees;
 
+#[cfg(feature = "cuda")]
+#[path = "kernels/patched_paths.rs"]
+mod patched_paths;
+
 #[cfg(feature = "ndarray")]
 mod ndarray {
     use burn::backend::NdArray;
@@ -151,4 +155,5 @@ mod cuda {
     crate::sum_squares::sum_squares_suite!(CudaRuntime, device());
     crate::gemm_block_scales::gemm_block_scales_suite!(CudaRuntime, device());
     crate::stats_trees::stats_trees_suite!(CudaRuntime, device());
+    crate::patched_paths::patched_paths_suite!(device());
 }

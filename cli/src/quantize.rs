@@ -148,6 +148,8 @@ pub fn quantize_on(
                         "no CUDA driver or GPU on this machine",
                     ));
                 }
+                // On stderr, so that the command's output stays what it was.
+                eprintln!("{}", burn_lowp::backend::cuda::active_paths(0));
                 quantize_with::<burn_cubecl::CubeBackend<CudaRuntime, f32, i32, u8>>(
                     &CudaDevice::new(0),
                     x,

@@ -114,6 +114,8 @@ mod cuda {
 
     pub fn train(args: &MoeTrainArgs) -> Result<(), LowpError> {
         let device = CudaDevice::default();
+        // Where a build without the repository's CubeCL patches falls back (README).
+        println!("{}", burn_lowp::backend::cuda::active_paths(device.index));
         let client = CudaRuntime::client(&device);
         // The memory pool's reserved bytes: what the run holds on the GPU, read where the
         // training loop already synchronizes (loss reads).

@@ -45,6 +45,8 @@ pub use ops::{
     QuantizeOps, RoutingOps, StatsOps,
 };
 pub use optim::{AdamWStep, AdamWTensors};
+// For the CubeCL casts (`cube/`), compiled with the wgpu or cuda feature only.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) use quantized::last_column;
 pub use quantized::{
     AmaxHistoryColumns, QuantizedStorage, QuantizedTensor, ScaleColumns, Storage, StorageScales,

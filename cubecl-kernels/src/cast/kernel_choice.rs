@@ -6,6 +6,7 @@
 use cubecl::prelude::*;
 
 use crate::cast::codec::Fp8Encoder;
+use crate::cast::saturation_probe::instruction_saturates;
 
 /// Whether to fully unroll the kernels' per-row loops: yes on CUDA (register arrays), no on wgpu,
 /// where CubeCL's optimizer takes minutes over the unrolled IR and lavapipe gains nothing.
@@ -40,9 +41,10 @@ pub(crate) fn tile_kernels_forced() -> bool {
 }
 
 /// The FP8 encoder for a runtime: the conversion instruction on CUDA devices that have it (sm_89+;
-/// CubeCL registers FP8 conversions there, and the vendored code generator makes them saturate),
-/// integer arithmetic elsewhere (wgpu's FP8 conversions, where a Vulkan driver has them, are not
-/// known to round and saturate as the formats need).
+/// CubeCL registers FP8 conversions there) where it saturates (the vendored code generator makes
+/// it; the published one does not: `saturation_probe`, once per device), integer arithmetic
+/// elsewhere (wgpu's FP8 conversions, where a Vulkan driver has them, are not known to round and
+/// saturate as the formats need).
 pub fn fp8_encoder<R: Runtime>(client: &ComputeClient<R>) -> Fp8Encoder {
     use cubecl::ir::features::{EnumSet, TypeUsage};
     let converts = |usage: EnumSet<TypeUsage>| usage.contains(TypeUsage::Conversion);
@@ -50,6 +52,7 @@ pub fn fp8_encoder<R: Runtime>(client: &ComputeClient<R>) -> Fp8Encoder {
         && R::name(client) == "cuda"
         && converts(cubecl::e4m3::supported_uses(client))
         && converts(cubecl::e5m2::supported_uses(client))
+        && instruction_saturates(client)
     {
         Fp8Encoder::Instruction
     } else {

@@ -26,5 +26,6 @@ pub mod mxfp8;
 pub mod nvfp4;
 pub mod output;
 pub mod random;
+pub mod saturation_probe;
 pub mod scale;
 pub mod swizzle;

@@ -7,6 +7,7 @@ pub mod burn_native;
 mod state_columns;
 mod tensor;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) use state_columns::last_column;
 pub use state_columns::{AmaxHistoryColumns, ScaleColumns};
 pub use tensor::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};

@@ -9,6 +9,7 @@ use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::stream_id::StreamId;
 use cudarc::driver::{sys as cuda, CudaContext};
 
+use super::external_stream::stream_for_external_work;
 use super::instance::{driver_error, CublasLt};
 use super::ordering::{stream_ordering, StreamOrdering};
 use super::run::{cubecl_server, CudaServer};
@@ -59,10 +60,7 @@ pub fn queue_timing_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>) {
 
 fn queue_mark(device: usize, slot: Arc<Mutex<Option<StreamMark>>>, flags: cuda::CUevent_flags) {
     cubecl_server(device).submit(move |server: &mut CudaServer| {
-        let mark = server
-            .stream_for_external_work(StreamId::current(), Vec::new())
-            .map_err(|e| LowpError::invalid("CubeCL", "stream", format!("{e:?}")))
-            .and_then(|(stream, _)| {
+        let mark = stream_for_external_work(server, StreamId::current(), Vec::new()).and_then(|(stream, _)| {
                 CublasLt::with(device, |lt| {
                     lt.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
                     let event = lt.ctx.new_event(Some(flags)).map_err(driver_error("event"))?;

@@ -9,6 +9,8 @@
 //!   the caller's CubeCL work runs on and resolves the operands' pointers as a kernel launch
 //!   would. Our stream waits for an event recorded there, the GEMMs run, and CubeCL's stream
 //!   waits for an event recorded after them: four driver calls, nothing resident on an SM.
+//!   Only where that method exists (`external_stream.rs`): a crate built against the published
+//!   `cubecl-cuda` gets `DeviceFlags` instead.
 //! * `DeviceFlags` (what CubeCL 0.10 as published allows: it does not expose its stream): a
 //!   one-thread CubeCL kernel writes a
 //!   counter value to a device flag after the GEMM's producers; a one-thread kernel on our stream
@@ -37,13 +39,14 @@
 //! waiting kernel's 7-22% slowdown of large GEMMs
 //! (MEASUREMENTS.md).
 //!
-//! Files: `ordering.rs` (the orderings and their flags and events), `plan.rs` (a GEMM's
+//! Files: `external_stream.rs` (CubeCL's stream, where the build has it), `ordering.rs` (the orderings and their flags and events), `plan.rs` (a GEMM's
 //! description and its cached descriptor and layouts), `algo.rs` (algorithm choice and tuning),
 //! `instance.rs` (the per-device state and our streams), `run.rs` (the device-thread task that
 //! runs a group), `marks.rs` (stream marks), `kernels.rs` with `stream_kernels.cu` (our streams'
 //! kernels).
 
 mod algo;
+mod external_stream;
 mod instance;
 mod kernels;
 mod marks;
@@ -51,6 +54,7 @@ mod ordering;
 mod plan;
 mod run;
 
+pub use external_stream::cubecl_stream_available;
 pub use instance::CublasLt;
 pub use marks::{mark_cubecl_stream, queue_stream_mark, queue_timing_mark, StreamMark};
 pub use ordering::{set_stream_ordering, stream_ordering, timed_out_gemm, StreamOrdering};

@@ -13,6 +13,7 @@ use burn_lowp_kernels::cubecl::stream_id::StreamId;
 use burn_lowp_kernels::util::stream_flags::{DONE, FLAG_WORDS, TIMED_OUT};
 use cudarc::driver::{sys as cuda, CudaStream, PushKernelArg};
 
+use super::external_stream::cubecl_stream_available;
 use super::instance::{driver_error, CublasLt};
 use crate::error::{LowpError, Result};
 
@@ -42,7 +43,8 @@ impl StreamOrdering {
 
 /// The ordering in use: set by `set_stream_ordering`, else `LOWP_STREAM_ORDERING=host-sync` or
 /// `=device-flags`, else `CubeclStream`. The variable is read once per process (every GEMM call
-/// asks, and reading it takes the environment's lock and allocates).
+/// asks, and reading it takes the environment's lock and allocates). `CubeclStream` needs the
+/// vendored `cubecl-cuda` (`cubecl_stream_available`); without it `DeviceFlags` stands in.
 pub fn stream_ordering() -> StreamOrdering {
     match ORDERING.load(Ordering::Relaxed) {
         0 => StreamOrdering::DeviceFlags,
@@ -54,6 +56,7 @@ pub fn stream_ordering() -> StreamOrdering {
                 Ok("device-flags") => StreamOrdering::DeviceFlags,
                 _ => StreamOrdering::CubeclStream,
             };
+            let ordering = available(ordering);
             // A `set_stream_ordering` made meanwhile wins.
             let _ = ORDERING.compare_exchange(UNRESOLVED, ordering.code(), Ordering::Relaxed, Ordering::Relaxed);
             stream_ordering()
@@ -61,8 +64,18 @@ pub fn stream_ordering() -> StreamOrdering {
     }
 }
 
+/// Sets the ordering from now on (`CubeclStream` gives `DeviceFlags` where this build's CubeCL
+/// does not expose its stream).
 pub fn set_stream_ordering(ordering: StreamOrdering) {
-    ORDERING.store(ordering.code(), Ordering::Relaxed);
+    ORDERING.store(available(ordering).code(), Ordering::Relaxed);
+}
+
+/// `ordering`, or `DeviceFlags` for a `CubeclStream` this build cannot run.
+fn available(ordering: StreamOrdering) -> StreamOrdering {
+    match ordering {
+        StreamOrdering::CubeclStream if !cubecl_stream_available() => StreamOrdering::DeviceFlags,
+        ordering => ordering,
+    }
 }
 
 /// The device flags one CubeCL stream uses to order itself against ours.

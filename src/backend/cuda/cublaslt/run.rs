@@ -12,6 +12,7 @@ use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::{Binding, Handle};
 use burn_lowp_kernels::cubecl::stream_id::StreamId;
 
+use super::external_stream::stream_for_external_work;
 use super::instance::CublasLt;
 use super::ordering::{set_stream_ordering, stream_ordering, StreamOrdering, CUBECL_MAX_POLLS};
 use super::plan::{GroupWork, LtGemm, Plan};
@@ -190,9 +191,7 @@ fn run_on_cubecl_stream(
     build: impl FnOnce(&[u64]) -> Vec<GroupWork>,
     started: Option<std::time::Instant>,
 ) -> Result<()> {
-    let (stream, pointers) = server
-        .stream_for_external_work(StreamId::current(), bindings)
-        .map_err(|e| LowpError::invalid("CubeCL", "operand buffers", format!("{e:?}")))?;
+    let (stream, pointers) = stream_for_external_work(server, StreamId::current(), bindings)?;
     let t = profile::record(GemmPhase::Pin, started);
     let gemms = build(&pointers);
     check_aligned(&gemms)?;
