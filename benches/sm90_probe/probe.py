@@ -310,8 +310,9 @@ def wgrad_operands(name, dy, x, lay, e):
     s_x = torch.ones(e, device="cuda")
     dq = torch.zeros_like(dy_p, dtype=torch.float32)
     xq = torch.zeros_like(x_p, dtype=torch.float32)
-    dy_codes = torch.zeros(dy_p.shape, device="cuda", dtype=dy_t)
-    x_codes = torch.zeros(x_p.shape, device="cuda", dtype=FP8)
+    # The codes' values in f32 (exact), cast to FP8 once transposed: no indexing of FP8 tensors.
+    dy_codes = torch.zeros_like(dy_p, dtype=torch.float32)
+    x_codes = torch.zeros_like(x_p, dtype=torch.float32)
     for g in range(e):
         r0, r1 = lay.start[g], lay.start[g] + lay.aligned[g]
         if r1 == r0:
@@ -320,11 +321,11 @@ def wgrad_operands(name, dy, x, lay, e):
             block = src[r0:r1].float()
             scale = block.abs().max().clamp_min(1e-12) / torch.finfo(t).max
             scales[g] = scale
-            c = (block / scale).to(t)
+            c = (block / scale).to(t).float()
             codes[r0:r1] = c
-            deq[r0:r1] = c.float() * scale
-    # Whole transposes [cols, P] (the tail rows stay zero codes: never read).
-    return dy_codes.t().contiguous(), x_codes.t().contiguous(), dq, xq, s_dy, s_x
+            deq[r0:r1] = c * scale
+    # Whole transposes [cols, P] (the tail rows hold zero codes: never read).
+    return (dy_codes.t().contiguous().to(dy_t), x_codes.t().contiguous().to(FP8), dq, xq, s_dy, s_x)
 
 
 def wgrad_check(kern):
