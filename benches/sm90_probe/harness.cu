@@ -12,7 +12,7 @@
 
 // The kernels the crate does not launch too: BF16 pingpong and the cluster twins.
 #define LOWP_GROUPED_GEMM_PROBE_KERNELS
-#include "../../src/backend/sm90/grouped_gemm.cu"
+#include "../../src/backend/cuda/sm90/grouped_gemm.cu"
 
 typedef void (*Kernel)(const TensorMap, const TensorMap, const TensorMap, const GroupedGemmArgs);
 
