@@ -10,6 +10,7 @@ pub mod cublaslt;
 pub mod device;
 pub mod gemm;
 pub mod grouped;
+mod setting;
 pub mod sm90_grouped;
 
 pub use device::is_cuda;
