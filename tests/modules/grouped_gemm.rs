@@ -532,3 +532,132 @@ pub fn check_grouped_split_copy_is_seen_once_arrived<B: LowpBackend>(device: &B:
         "an exact batch, and no read of the splits"
     );
 }
+
+/// Our K-grouped weight gradient (CUDA, `GroupedWgrad::Sm90`, settings restored afterwards even
+/// on failure): a BF16 grouped wgrad `dW [E · out, in]` runs one launch of our kernel on sm_90
+/// (`device_grouped_wgrads`, no read of the splits) and gives each expert's `dY_eᵀ · X_e` over
+/// its aligned rows as the f64 reference does, on uneven splits with an empty expert and experts
+/// whose token counts are not multiples of 128 (their padding rows, random here, are summed as
+/// the per-expert GEMMs sum them), at 256 -> 256 (one column tile), 192 -> 320 and 520 -> 136
+/// (partial row and column tiles): f32 output, BF16 output, and f32 added into a main gradient
+/// (`fuse_wgrad_accumulation`; the empty expert's block left as it was). The per-expert cuBLASLt
+/// GEMMs (`GroupedWgrad::CublasLt`) give the same numbers. Tolerances (relative norm of the
+/// error): 1e-5 for f32 (fp32 sums of BF16 products in another order than f64's), 4e-3 for BF16
+/// (one rounding of each value, 2^-9). On a GPU that is not sm_90 (`sm90` false) the per-expert
+/// GEMMs run, which must still match.
+#[cfg(feature = "cuda")]
+pub fn check_grouped_sm90_wgrad_equals_the_reference<B: LowpBackend>(device: &B::Device, sm90: bool) {
+    use burn::tensor::{FloatDType, TensorPrimitive};
+    use burn_lowp::backend::cuda::sm90_wgrad::{grouped_wgrad, set_grouped_wgrad, GroupedWgrad};
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupedOperand};
+    use burn_lowp::format::grouped::GroupScaling;
+    use burn_lowp::format::Usage;
+    use burn_lowp::quant::grouped::quantize_grouped;
+    let _turn = turn();
+    /// Puts the setting back when the check ends, failed or not.
+    struct Restore(GroupedWgrad);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_grouped_wgrad(self.0);
+        }
+    }
+    let _restore = Restore(grouped_wgrad());
+    // Aligned groups of 384, 0, 128, 256 and 128 rows (300, 17 and 195 tokens not multiples of
+    // 128; the empty expert second).
+    let case = [300i64, 0, 17, 195, 128];
+    let (tokens, experts) = (640, case.len());
+    let layout = B::grouped_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    layout.check().unwrap();
+    let host = layout.groups.host.get().unwrap();
+    let rows = layout.rows();
+    let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
+    for (inp, out) in [(256, 256), (192, 320), (520, 136)] {
+        let bf16 = |t: Tensor<B, 2>| t.cast(FloatDType::BF16);
+        let x = bf16(Tensor::<B, 2>::random([rows, inp], Distribution::Normal(0.0, 1.0), device));
+        let dy = bf16(Tensor::<B, 2>::random([rows, out], Distribution::Normal(0.0, 1.0), device));
+        let main_grad = Tensor::<B, 2>::random([experts * out, inp], Distribution::Normal(0.0, 1.0), device);
+        let (xv, dyv, mgv) = (
+            values(x.clone().cast(FloatDType::F32)),
+            values(dy.clone().cast(FloatDType::F32)),
+            values(main_grad.clone()),
+        );
+        // f64 reference: dW_e[o][i] = sum over expert e's aligned rows r of dY[r][o] · X[r][i].
+        let mut reference = vec![0.0f64; experts * out * inp];
+        for (e, g) in host.groups.iter().enumerate() {
+            for r in g.start..g.start + g.len {
+                for o in 0..out {
+                    let d = dyv[r * out + o] as f64;
+                    let block = &mut reference[(e * out + o) * inp..(e * out + o + 1) * inp];
+                    for (i, v) in block.iter_mut().enumerate() {
+                        *v += d * xv[r * inp + i] as f64;
+                    }
+                }
+            }
+        }
+        let quantize = |t: &Tensor<B, 2>| {
+            quantize_grouped::<B>(
+                t.clone().into_primitive().tensor(),
+                &layout.groups,
+                &bf16_identity(),
+                Usage::BOTH,
+                0,
+                None,
+                GroupScaling::PerGroup,
+            )
+            .unwrap()
+        };
+        let (qx, qdy) = (quantize(&x), quantize(&dy));
+        for wgrad in [GroupedWgrad::Sm90, GroupedWgrad::CublasLt] {
+            set_grouped_wgrad(wgrad);
+            let ours = wgrad == GroupedWgrad::Sm90 && sm90;
+            for (mode, out_dtype, accumulate) in [
+                ("f32", FloatDType::F32, false),
+                ("bf16", FloatDType::BF16, false),
+                ("f32 accumulated", FloatDType::F32, true),
+            ] {
+                let what = format!("{inp} -> {out} {wgrad:?} {mode}");
+                let before = host_syncs();
+                let dw = B::grouped_gemm(
+                    GemmKind::Wgrad,
+                    GroupedOperand {
+                        tensor: &qdy,
+                        groups: &layout.groups,
+                    },
+                    GroupedOperand {
+                        tensor: &qx,
+                        groups: &layout.groups,
+                    },
+                    GemmOptions {
+                        out_dtype,
+                        accumulate: accumulate.then(|| main_grad.clone().into_primitive().tensor()),
+                        ..GemmOptions::default()
+                    },
+                )
+                .unwrap();
+                let got = floats(B::float_cast(dw, FloatDType::F32));
+                let counts = host_syncs().since(&before);
+                assert_eq!(counts.device_grouped_wgrads, ours as u64, "{what}: our kernel runs");
+                if ours {
+                    assert_eq!(counts.split_reads, 0, "{what}: no read of the splits");
+                }
+                let want: Vec<f32> = reference
+                    .iter()
+                    .zip(&mgv)
+                    .map(|(r, m)| (r + if accumulate { *m as f64 } else { 0.0 }) as f32)
+                    .collect();
+                assert_eq!(got.len(), want.len(), "{what}: output size");
+                let tolerance = if out_dtype == FloatDType::BF16 { 4e-3 } else { 1e-5 };
+                let err = relative_error(&got, &want);
+                assert!(err <= tolerance, "{what}: differs from the f64 reference by {err:.2e}");
+                // The empty expert: zeros, or the main gradient as it was.
+                let empty = &got[out * inp..2 * out * inp];
+                let kept = &mgv[out * inp..2 * out * inp];
+                if accumulate {
+                    assert!(empty == kept, "{what}: the empty expert's block changed");
+                } else {
+                    assert!(empty.iter().all(|&v| v == 0.0), "{what}: the empty expert's block is not zero");
+                }
+            }
+        }
+    }
+}

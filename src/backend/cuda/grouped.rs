@@ -24,7 +24,8 @@
 //!   never defers them (`defer_scales` then returns none): no scale pass, no consumer epilogue
 //!   for them. Elsewhere the batch runs the host-known bound of chunks where the copy has not
 //!   arrived when the batch is queued.
-//! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
+//! * **Per group** (wgrad, whose contraction length is the group's token count, except where our
+//!   K-grouped kernel takes a BF16 one, `grouped_wgrad`; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
 //!   several streams with one CubeCL handshake for the whole group.
@@ -147,7 +148,15 @@ pub fn grouped_gemm_unscaled<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
         GroupedGemmPath::PointerArray(inner) => {
             pointer_array(kind, a, b, inner, shape, options, defer_scales)
         }
-        GroupedGemmPath::PerGroup(inner) => Ok((per_group(kind, a, b, inner, shape, options)?, None)),
+        GroupedGemmPath::PerGroup(inner) => {
+            // A BF16 wgrad runs our K-grouped kernel where it applies (`grouped_wgrad`).
+            if kind == GemmKind::Wgrad {
+                if let Some(out) = super::grouped_wgrad::device_wgrad(a, b, shape, &options)? {
+                    return Ok((out, None));
+                }
+            }
+            Ok((per_group(kind, a, b, inner, shape, options)?, None))
+        }
     }
 }
 
@@ -170,7 +179,7 @@ fn element_bytes(dtype: DataType) -> usize {
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 /// A contiguous, 16-byte aligned high-precision `[rows, cols]` operand (the whole grouped tensor).
-fn whole_tensor<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(super) fn whole_tensor<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     t: &CubeTensor<R>,
     rows: usize,
     cols: usize,

@@ -2,7 +2,8 @@
 //! (`cublaslt/`: plans, algorithm choice, stream ordering against CubeCL's stream, marks, our
 //! streams' kernels), the operands laid out for it (`gemm.rs`: one GEMM or a group of them;
 //! `batched.rs`: strided batches; `grouped.rs`: grouped MoE GEMMs), our Hopper grouped GEMM
-//! (`sm90_grouped.rs` with its kernel `sm90/grouped_gemm.cu`), and which CUDA device a CubeCL
+//! (`sm90_grouped.rs` with its kernels `sm90/grouped_gemm.cu`; `sm90_wgrad.rs`, the K-grouped
+//! weight gradient of the same file), and which CUDA device a CubeCL
 //! client is (`device.rs`). `cube/` calls in here where `R` is CubeCL's CUDA runtime.
 
 pub(crate) mod batched;
@@ -10,7 +11,9 @@ pub mod cublaslt;
 pub mod device;
 pub mod gemm;
 pub mod grouped;
+mod grouped_wgrad;
 mod setting;
 pub mod sm90_grouped;
+pub mod sm90_wgrad;
 
 pub use device::is_cuda;

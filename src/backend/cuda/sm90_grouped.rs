@@ -385,11 +385,13 @@ const _: () = assert!(std::mem::align_of::<cuda::CUtensorMap>() >= 64);
 /// The kernels of one CUDA context (`Sm90Variant::ALL`).
 pub(crate) struct Sm90Kernels {
     functions: Vec<CudaFunction>,
+    /// The K-grouped weight gradient's kernels (`sm90_wgrad::WGRAD_KERNELS`).
+    wgrad: Vec<CudaFunction>,
 }
 
 impl Sm90Kernels {
-    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the eight kernels into `ctx`
-    /// and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
+    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the eight kernels and the
+    /// weight gradient's into `ctx` and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
     pub(crate) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
         use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
         let ptx = compile_ptx_with_opts(
@@ -434,7 +436,21 @@ impl Sm90Kernels {
                 })?;
             functions.push(function);
         }
-        Ok(Sm90Kernels { functions })
+        let wgrad = super::sm90_wgrad::load_wgrad(&module)?;
+        Ok(Sm90Kernels { functions, wgrad })
+    }
+
+    /// Queues the K-grouped weight gradient `g` on `stream` (`sm90_wgrad::launch_wgrad`).
+    ///
+    /// # Safety
+    /// As `launch`.
+    pub(crate) unsafe fn launch_wgrad(
+        &self,
+        g: &super::sm90_wgrad::Sm90GroupedWgrad,
+        stream: cuda::CUstream,
+        ctas: u32,
+    ) -> Result<()> {
+        unsafe { super::sm90_wgrad::launch_wgrad(&self.wgrad[0], g, stream, ctas) }
     }
 
     /// Queues `g` on `stream` with a persistent grid of at most `ctas` CTAs (the caller's context
@@ -524,7 +540,7 @@ impl Sm90Kernels {
     }
 }
 
-fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
+pub(super) fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
     LowpError::invalid(
         "cuTensorMapEncodeTiled",
         format!("operand {operand} of the sm90 grouped GEMM"),
@@ -534,7 +550,7 @@ fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
 
 /// A tiled tensor map as the kernels read them (`harness.cu`'s `encode`): element strides 1, no
 /// interleave, 128-byte swizzle, 256-byte L2 promotion, no OOB NaN fill (zeros).
-unsafe fn encode(
+pub(super) unsafe fn encode(
     data_type: cuda::CUtensorMapDataType,
     base: u64,
     dims: &[u64],

@@ -13,6 +13,7 @@ use super::kernels::{compile_our_kernels, OurKernels};
 use super::ordering::{stream_ordering, StreamFlags, StreamOrdering};
 use super::plan::{set_call_pointers, GroupWork, LtBatch, LtGemm, Plan, PlanKey};
 use crate::backend::cuda::sm90_grouped::{Sm90GroupedGemm, Sm90Kernels};
+use crate::backend::cuda::sm90_wgrad::Sm90GroupedWgrad;
 use crate::error::{LowpError, Result};
 
 /// The per-device cuBLASLt state: handle, stream, workspace, chosen algorithms, stream flags.
@@ -314,11 +315,24 @@ impl CublasLt {
         unsafe { kernels.launch(g, stream, ctas) }
     }
 
+    /// Queues our K-grouped weight gradient on lane `lane`, on the grid `enqueue_sm90` takes.
+    pub(super) unsafe fn enqueue_sm90_wgrad(&mut self, lane: usize, g: &Sm90GroupedWgrad) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
+        let stream = self.lanes[lane].stream.cu_stream();
+        let sm_target = self.sm_target as u32;
+        let flags = stream_ordering() == StreamOrdering::DeviceFlags;
+        let multiprocessors = crate::backend::cuda::device::multiprocessors(self.ctx.ordinal()) as u32;
+        let kernels = self.sm90_kernels()?;
+        let ctas = if flags { sm_target.min(multiprocessors) } else { multiprocessors };
+        unsafe { kernels.launch_wgrad(g, stream, ctas) }
+    }
+
     /// Queues one piece of a group's work on lane `lane`.
     pub(super) unsafe fn enqueue_work_on(&mut self, lane: usize, work: &GroupWork) -> Result<()> {
         match work {
             GroupWork::Lt(g) => unsafe { self.enqueue_on(lane, g) },
             GroupWork::Sm90(g) => unsafe { self.enqueue_sm90(lane, g) },
+            GroupWork::Sm90Wgrad(g) => unsafe { self.enqueue_sm90_wgrad(lane, g) },
         }
     }
 

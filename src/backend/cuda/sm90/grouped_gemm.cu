@@ -1059,9 +1059,10 @@ __device__ __forceinline__ void grouped_wgrad_body(const TensorMap* tm_a, const 
 
 // Dynamic shared memory: STAGES · (128 + BN) · 128 bytes, 1024 bytes of alignment slack and 16
 // bytes of mbarriers per stage (4 · 48 KiB or 6 · 32 KiB + 1 KiB + barriers).
-// Compiled only for the probe until the crate's launcher takes them (docs/performance.md).
-#ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
+// The BF16 kernel is the crate's (`sm90_wgrad.rs`); the FP8 ones are compiled only for the probe
+// until the grouped FP8 cast writes whole transposes (docs/fine-grained-moe.md).
 LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_bf16_256, 256, LOWP_BF16, false, 4)
+#ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
 LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e4m3_256, 256, LOWP_E4M3, false, 4)
 LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e4m3_split_128, 128, LOWP_E4M3, true, 6)
 LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e5m2_256, 256, LOWP_E5M2_E4M3, false, 4)
