@@ -346,6 +346,8 @@ fn grouped_linear_steps(device: &CudaDevice, client: &ComputeClient<CudaRuntime>
                     line["bound_batches_per_step"] = json!(syncs.bound_batches as f64 / steps as f64);
                     line["device_grouped_batches_per_step"] =
                         json!(syncs.device_grouped_batches as f64 / steps as f64);
+                    line["device_grouped_wgrads_per_step"] =
+                        json!(syncs.device_grouped_wgrads as f64 / steps as f64);
                     line["blocking_syncs_per_step"] =
                         json!(syncs.blocking() as f64 / steps as f64);
                     line["split_wait_us_per_step"] =

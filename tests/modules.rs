@@ -95,6 +95,14 @@ mod cuda {
     }
 
     #[test]
+    fn grouped_sm90_wgrad_equals_the_reference() {
+        if let Some(d) = device() {
+            let sm90 = burn_lowp::backend::cuda::sm90_grouped::is_sm90(d.index);
+            crate::grouped_gemm::check_grouped_sm90_wgrad_equals_the_reference::<Backend>(&d, sm90);
+        }
+    }
+
+    #[test]
     fn grouped_large_known_groups_run_per_group() {
         if let Some(d) = device() {
             crate::grouped_gemm::check_grouped_large_known_groups_run_per_group::<Backend>(&d);

@@ -1,6 +1,8 @@
 // Probe harness for src/backend/sm90/grouped_gemm.cu on the GPU machine (nvcc there, no Rust):
 // builds the tensor maps as `backend::sm90_grouped` does and launches one of the kernels on a
-// caller's stream; `probe.py` loads it with ctypes and compares with PyTorch. Build:
+// caller's stream (`lowp_probe_launch`: the fprop/dgrad kernels; `lowp_probe_wgrad_launch`: the
+// K-grouped weight gradient); `probe.py` loads it with ctypes and compares with PyTorch
+// (`probe.py --build` runs this command itself). Build:
 //   nvcc -O3 -std=c++17 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a \
 //        -o libprobe.so harness.cu -lcuda
 #include <cuda.h>
@@ -10,7 +12,7 @@
 
 // The kernels the crate does not launch too: BF16 pingpong and the cluster twins.
 #define LOWP_GROUPED_GEMM_PROBE_KERNELS
-#include "../../src/backend/sm90/grouped_gemm.cu"
+#include "../../src/backend/cuda/sm90/grouped_gemm.cu"
 
 typedef void (*Kernel)(const TensorMap, const TensorMap, const TensorMap, const GroupedGemmArgs);
 
@@ -142,6 +144,87 @@ extern "C" int lowp_probe_launch(int v, void* a, void* b, void* d, int ldd,
         grid = 2 * clusters[v];
     }
     var.kernel<<<grid, 384, smem, (cudaStream_t)stream>>>(ma, mb, md, args);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "launch: %s\n", cudaGetErrorString(e));
+        return -4;
+    }
+    return 0;
+}
+
+// ---- The K-grouped weight gradient (`grouped_wgrad_body`) ----------------------------------------
+
+typedef void (*WgradKernel)(const TensorMap, const TensorMap, const GroupedWgradArgs);
+
+struct WgradVariant {
+    const char* name;
+    WgradKernel kernel;
+    int bn;
+    bool fp8;
+    int stages;
+};
+
+static const WgradVariant WGRAD_VARIANTS[] = {
+    {"wgrad_bf16_256", lowp_grouped_wgrad_bf16_256, 256, false, 4},
+    {"wgrad_e4m3_256", lowp_grouped_wgrad_e4m3_256, 256, true, 4},
+    {"wgrad_e4m3_split_128", lowp_grouped_wgrad_e4m3_split_128, 128, true, 6},
+    {"wgrad_e5m2_256", lowp_grouped_wgrad_e5m2_256, 256, true, 4},
+    {"wgrad_e5m2_split_128", lowp_grouped_wgrad_e5m2_split_128, 128, true, 6},
+};
+
+extern "C" const char* lowp_probe_wgrad_name(int v) { return WGRAD_VARIANTS[v].name; }
+extern "C" int lowp_probe_wgrad_count() {
+    return sizeof(WGRAD_VARIANTS) / sizeof(WGRAD_VARIANTS[0]);
+}
+
+// dW [groups, m, n] (f32 where flags & 1, else bf16; flags & 2 accumulates into it) from
+// BF16: a = dY [p, m], b = X [p, n]; FP8: a = dYᵀ [m, p], b = Xᵀ [n, p] (whole transposes).
+extern "C" int lowp_probe_wgrad_launch(int v, void* a, void* b, void* d,
+                                       const unsigned* group_start, const unsigned* group_rows,
+                                       int groups, int p, int m, int n, const float* scale_a,
+                                       int scale_a_step, const float* scale_b, int scale_b_step,
+                                       int flags, int grid, void* stream) {
+    const WgradVariant& var = WGRAD_VARIANTS[v];
+    TensorMap ma, mb;
+    if (var.fp8) {
+        // [rows, p] u8, p contiguous: 128 bytes of K by 128 (A) or bn (B) rows.
+        cuuint64_t dims_a[2] = {(cuuint64_t)p, (cuuint64_t)m};
+        cuuint64_t dims_b[2] = {(cuuint64_t)p, (cuuint64_t)n};
+        cuuint64_t strides[1] = {(cuuint64_t)p};
+        cuuint32_t box_a[2] = {128, 128};
+        cuuint32_t box_b[2] = {128, (cuuint32_t)var.bn};
+        if (encode(&ma, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, a, dims_a, strides, box_a)) return -1;
+        if (encode(&mb, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, b, dims_b, strides, box_b)) return -2;
+    } else {
+        // [p, cols] bf16, cols contiguous: 64 columns by 64 K rows a box.
+        cuuint64_t dims_a[2] = {(cuuint64_t)m, (cuuint64_t)p};
+        cuuint64_t dims_b[2] = {(cuuint64_t)n, (cuuint64_t)p};
+        cuuint64_t strides_a[1] = {(cuuint64_t)m * 2};
+        cuuint64_t strides_b[1] = {(cuuint64_t)n * 2};
+        cuuint32_t box[2] = {64, 64};
+        if (encode(&ma, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a, dims_a, strides_a, box)) return -1;
+        if (encode(&mb, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, b, dims_b, strides_b, box)) return -2;
+    }
+    const int smem = var.stages * (128 + var.bn) * 128 + 1024 + var.stages * 16;
+    cudaError_t e = cudaFuncSetAttribute((const void*)var.kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "set smem: %s\n", cudaGetErrorString(e));
+        return -3;
+    }
+    GroupedWgradArgs args = {};
+    args.d = d;
+    args.group_start = group_start;
+    args.group_rows = group_rows;
+    args.scale_a = scale_a;
+    args.scale_b = scale_b;
+    args.groups = groups;
+    args.m = m;
+    args.n = n;
+    args.scale_a_step = scale_a_step;
+    args.scale_b_step = scale_b_step;
+    args.flags = flags;
+    var.kernel<<<grid, 384, smem, (cudaStream_t)stream>>>(ma, mb, args);
     e = cudaGetLastError();
     if (e != cudaSuccess) {
         fprintf(stderr, "launch: %s\n", cudaGetErrorString(e));

@@ -49,6 +49,10 @@ pub struct RunSummary {
     /// batch (`backend::sm90_grouped`, the default on sm_90 GPUs).
     #[serde(default)]
     pub device_grouped_batches_per_step: f64,
+    /// Expert weight gradients per step that ran our K-grouped kernel instead of one GEMM per
+    /// expert (`backend::cuda::sm90_wgrad`, BF16 on sm_90 GPUs).
+    #[serde(default)]
+    pub device_grouped_wgrads_per_step: f64,
     pub peak_memory_bytes: Option<u64>,
     /// Tokens per expert, summed over layers and the run's last step (load balance).
     pub last_loads: Vec<i64>,

@@ -358,6 +358,7 @@ where
         exact_batches_per_step: syncs.exact_batches as f64 / ran as f64,
         bound_batches_per_step: syncs.bound_batches as f64 / ran as f64,
         device_grouped_batches_per_step: syncs.device_grouped_batches as f64 / ran as f64,
+        device_grouped_wgrads_per_step: syncs.device_grouped_wgrads as f64 / ran as f64,
         peak_memory_bytes: peak_memory,
         last_loads,
         debug_metric_reads_per_step: syncs.debug_metric_reads as f64 / ran as f64,

@@ -14,7 +14,9 @@
 //! groups fill, `bound_batches` those that ran the host-known bound of chunks (the copy had not
 //! arrived; nothing waited for it). `device_grouped_batches` counts those that ran our Hopper
 //! grouped GEMM instead of a bound batch (`sm90_grouped`; it reads the groups on the device and
-//! computes only the chunks they fill), which are not counted as bound.
+//! computes only the chunks they fill), which are not counted as bound. `device_grouped_wgrads`
+//! counts grouped weight gradients that ran our K-grouped kernel (`sm90_wgrad`) instead of one
+//! cuBLASLt GEMM per expert.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,6 +36,7 @@ static DEBUG_WAIT_US: AtomicU64 = AtomicU64::new(0);
 static EXACT_BATCHES: AtomicU64 = AtomicU64::new(0);
 static BOUND_BATCHES: AtomicU64 = AtomicU64::new(0);
 static DEVICE_GROUPED_BATCHES: AtomicU64 = AtomicU64::new(0);
+static DEVICE_GROUPED_WGRADS: AtomicU64 = AtomicU64::new(0);
 
 /// A snapshot of the counters (process-wide, all devices).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -49,6 +52,7 @@ pub struct HostSyncs {
     pub exact_batches: u64,
     pub bound_batches: u64,
     pub device_grouped_batches: u64,
+    pub device_grouped_wgrads: u64,
 }
 
 impl HostSyncs {
@@ -67,6 +71,7 @@ impl HostSyncs {
             exact_batches: self.exact_batches - earlier.exact_batches,
             bound_batches: self.bound_batches - earlier.bound_batches,
             device_grouped_batches: self.device_grouped_batches - earlier.device_grouped_batches,
+            device_grouped_wgrads: self.device_grouped_wgrads - earlier.device_grouped_wgrads,
         }
     }
 
@@ -92,6 +97,7 @@ pub fn host_syncs() -> HostSyncs {
         exact_batches: EXACT_BATCHES.load(Ordering::Relaxed),
         bound_batches: BOUND_BATCHES.load(Ordering::Relaxed),
         device_grouped_batches: DEVICE_GROUPED_BATCHES.load(Ordering::Relaxed),
+        device_grouped_wgrads: DEVICE_GROUPED_WGRADS.load(Ordering::Relaxed),
     }
 }
 
@@ -135,4 +141,10 @@ pub(crate) fn record_pointer_array_batch(exact: bool) {
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn record_device_grouped_batch() {
     DEVICE_GROUPED_BATCHES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A grouped weight gradient that ran our K-grouped kernel (`sm90_wgrad`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn record_device_grouped_wgrad() {
+    DEVICE_GROUPED_WGRADS.fetch_add(1, Ordering::Relaxed);
 }

@@ -315,36 +315,41 @@ pub fn check_grouped_large_known_groups_run_per_group<B: LowpBackend>(device: &B
     }
 }
 
-/// Our Hopper grouped GEMM (CUDA, `GroupedKernel::Sm90`, restored afterwards even on failure):
-/// where the splits' host copy has not arrived, a grouped fprop/dgrad with BF16 output runs our
-/// kernel instead of cuBLASLt's bound batch (`device_grouped_batches`, not `bound_batches`) and
-/// gives cuBLASLt's exact batch's products on every group row (relative error <= 4e-3: another
-/// summation order, and for per-expert FP8 scales applied before the one BF16 rounding instead of
-/// a scale pass after it), with zeros in the rows past the filled chunks; under BF16 and FP8
-/// current scaling (per-expert and shared scales; and the hybrid recipes' dgrad, E5M2 gradient
-/// rows with E4M3 weights, per-expert scales), on the skewed splits with an empty expert, at
-/// 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's cooperative kernels at
-/// every length; FP8's pingpong and cooperative kernels). Per-expert scales left to the caller
-/// (`grouped_gemm_unscaled`) stay the caller's: the unit-scale product and the epilogue give
-/// the same token rows. On a GPU that is not sm_90 (`sm90` false) the setting falls back to the
-/// bound batch, which gives the same products.
+/// Our Hopper grouped GEMM (CUDA, `GroupedKernel::Sm90`, settings restored afterwards even on
+/// failure): a grouped fprop/dgrad with BF16 output runs our kernel instead of cuBLASLt's batch
+/// (`device_grouped_batches`, not `bound_batches` or `exact_batches`) where the splits' host copy
+/// has not arrived and, under the default `GroupedDgrad::Sm90`, where it has, and gives
+/// cuBLASLt's exact batch's products (run under `GroupedDgrad::Exact`) on every group row
+/// (relative error <= 4e-3: another summation order, and for per-expert FP8 scales applied before
+/// the one BF16 rounding instead of a scale pass after it), with zeros in the rows past the filled
+/// chunks; under BF16 and FP8 current scaling (per-expert and shared scales; and the hybrid
+/// recipes' dgrad, E5M2 gradient rows with E4M3 weights, per-expert scales), on the skewed splits
+/// with an empty expert, at 256 -> 256, 512 -> 384, 2304 -> 384 and 256 -> 2304 features (BF16's
+/// cooperative kernels at every length; FP8's pingpong and cooperative kernels). Where our kernel
+/// runs it applies per-expert scales itself: `grouped_gemm_unscaled` leaves none to the caller;
+/// where cuBLASLt runs they stay the caller's, and the unit-scale product and the epilogue give
+/// the same token rows. On a GPU that is not sm_90 (`sm90` false) the setting falls back to
+/// cuBLASLt's batches, which give the same products.
 #[cfg(feature = "cuda")]
 pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &B::Device, sm90: bool) {
     use burn::tensor::{FloatDType, TensorPrimitive};
-    use burn_lowp::backend::cuda::sm90_grouped::{grouped_kernel, set_grouped_kernel, GroupedKernel};
+    use burn_lowp::backend::cuda::sm90_grouped::{
+        grouped_dgrad, grouped_kernel, set_grouped_dgrad, set_grouped_kernel, GroupedDgrad, GroupedKernel,
+    };
     use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupEpilogue, GroupedOperand, Groups};
     use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
     use burn_lowp::format::Usage;
     use burn_lowp::quant::grouped::quantize_grouped;
     let _turn = turn();
-    /// Puts the setting back when the check ends, failed or not.
-    struct Restore(GroupedKernel);
+    /// Puts the settings back when the check ends, failed or not.
+    struct Restore(GroupedKernel, GroupedDgrad);
     impl Drop for Restore {
         fn drop(&mut self) {
             set_grouped_kernel(self.0);
+            set_grouped_dgrad(self.1);
         }
     }
-    let _restore = Restore(grouped_kernel());
+    let _restore = Restore(grouped_kernel(), grouped_dgrad());
     set_grouped_kernel(GroupedKernel::Sm90);
     // Aligned groups of 384, 0, 128 and 256 rows: 6 chunks filled of the bound's 8.
     let case = [300i64, 0, 17, 195];
@@ -413,8 +418,10 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
                     let c = host_syncs().since(&before);
                     (out, (c.exact_batches, c.bound_batches, c.device_grouped_batches, c.split_reads))
                 };
+                set_grouped_dgrad(GroupedDgrad::Exact);
                 let (exact, counts) = run(&layout.groups);
-                assert_eq!(counts, (1, 0, 0, 0), "{what}: the exact batch (cuBLASLt)");
+                set_grouped_dgrad(GroupedDgrad::Sm90);
+                assert_eq!(counts, (1, 0, 0, 0), "{what}: the exact batch (cuBLASLt, `Exact`)");
                 let (bound, counts) = run(&unknown);
                 let (wanted, ran) = if sm90 {
                     ((0, 0, 1, 0), "our sm90 kernel")
@@ -422,23 +429,35 @@ pub fn check_grouped_sm90_bound_equals_the_exact_batch<B: LowpBackend>(device: &
                     ((0, 1, 0, 0), "cuBLASLt's bound batch (not an sm_90 GPU)")
                 };
                 assert_eq!(counts, wanted, "{what}: before the splits' copy, {ran} runs");
+                let (known, counts) = run(&layout.groups);
+                let (wanted_known, ran_known) = if sm90 {
+                    ((0, 0, 1, 0), "our sm90 kernel")
+                } else {
+                    ((1, 0, 0, 0), "cuBLASLt's exact batch (not an sm_90 GPU)")
+                };
+                assert_eq!(counts, wanted_known, "{what}: with the splits' copy, {ran_known} runs");
                 let cols = exact.len() / layout.rows();
                 assert_eq!(cols, [out, inp][(kind == GemmKind::Dgrad) as usize], "{what}: output columns");
                 let cut = filled_rows * cols;
                 let err = relative_error(&bound[..cut], &exact[..cut]);
                 assert!(err <= 4e-3, "{what}: {ran} and the exact batch differ by {err:.2e}");
+                let err = relative_error(&known[..cut], &exact[..cut]);
+                assert!(err <= 4e-3, "{what}: {ran_known} (splits known) and the exact batch differ by {err:.2e}");
                 check_product_then_zero_rows(&exact, cut, &format!("{what}: the exact batch"));
                 check_product_then_zero_rows(&bound, cut, &format!("{what}: {ran}"));
+                check_product_then_zero_rows(&known, cut, &format!("{what}: {ran_known}, splits known"));
 
                 if deferrable {
-                    // Deferred scales: the unit-scale product, scaled once by the epilogue.
+                    // Deferrable scales: our kernel applies them (none left to the caller);
+                    // cuBLASLt's batch leaves them, and the epilogue scales the unit-scale
+                    // product once.
                     let a = GroupedOperand {
                         tensor: rows_operand,
                         groups: &unknown,
                     };
                     let before = host_syncs();
                     let (unit, scales) = B::grouped_gemm_unscaled(kind, a, w_op, options()).unwrap();
-                    assert!(scales.is_some(), "{what}: per-expert scales left to the caller");
+                    assert_eq!(scales.is_some(), !sm90, "{what}: per-expert scales left to the caller");
                     let finished = floats(B::grouped_epilogue(
                         unit,
                         layout.row_group.clone(),
@@ -512,4 +531,133 @@ pub fn check_grouped_split_copy_is_seen_once_arrived<B: LowpBackend>(device: &B:
         (1, 0, 0),
         "an exact batch, and no read of the splits"
     );
+}
+
+/// Our K-grouped weight gradient (CUDA, `GroupedWgrad::Sm90`, settings restored afterwards even
+/// on failure): a BF16 grouped wgrad `dW [E · out, in]` runs one launch of our kernel on sm_90
+/// (`device_grouped_wgrads`, no read of the splits) and gives each expert's `dY_eᵀ · X_e` over
+/// its aligned rows as the f64 reference does, on uneven splits with an empty expert and experts
+/// whose token counts are not multiples of 128 (their padding rows, random here, are summed as
+/// the per-expert GEMMs sum them), at 256 -> 256 (one column tile), 192 -> 320 and 520 -> 136
+/// (partial row and column tiles): f32 output, BF16 output, and f32 added into a main gradient
+/// (`fuse_wgrad_accumulation`; the empty expert's block left as it was). The per-expert cuBLASLt
+/// GEMMs (`GroupedWgrad::CublasLt`) give the same numbers. Tolerances (relative norm of the
+/// error): 1e-5 for f32 (fp32 sums of BF16 products in another order than f64's), 4e-3 for BF16
+/// (one rounding of each value, 2^-9). On a GPU that is not sm_90 (`sm90` false) the per-expert
+/// GEMMs run, which must still match.
+#[cfg(feature = "cuda")]
+pub fn check_grouped_sm90_wgrad_equals_the_reference<B: LowpBackend>(device: &B::Device, sm90: bool) {
+    use burn::tensor::{FloatDType, TensorPrimitive};
+    use burn_lowp::backend::cuda::sm90_wgrad::{grouped_wgrad, set_grouped_wgrad, GroupedWgrad};
+    use burn_lowp::backend::{host_syncs, GemmKind, GemmOptions, GroupedOperand};
+    use burn_lowp::format::grouped::GroupScaling;
+    use burn_lowp::format::Usage;
+    use burn_lowp::quant::grouped::quantize_grouped;
+    let _turn = turn();
+    /// Puts the setting back when the check ends, failed or not.
+    struct Restore(GroupedWgrad);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            set_grouped_wgrad(self.0);
+        }
+    }
+    let _restore = Restore(grouped_wgrad());
+    // Aligned groups of 384, 0, 128, 256 and 128 rows (300, 17 and 195 tokens not multiples of
+    // 128; the empty expert second).
+    let case = [300i64, 0, 17, 195, 128];
+    let (tokens, experts) = (640, case.len());
+    let layout = B::grouped_layout(splits::<B>(&case, device).into_primitive(), tokens).unwrap();
+    layout.check().unwrap();
+    let host = layout.groups.host.get().unwrap();
+    let rows = layout.rows();
+    let floats = |t| values(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(t)));
+    for (inp, out) in [(256, 256), (192, 320), (520, 136)] {
+        let bf16 = |t: Tensor<B, 2>| t.cast(FloatDType::BF16);
+        let x = bf16(Tensor::<B, 2>::random([rows, inp], Distribution::Normal(0.0, 1.0), device));
+        let dy = bf16(Tensor::<B, 2>::random([rows, out], Distribution::Normal(0.0, 1.0), device));
+        let main_grad = Tensor::<B, 2>::random([experts * out, inp], Distribution::Normal(0.0, 1.0), device);
+        let (xv, dyv, mgv) = (
+            values(x.clone().cast(FloatDType::F32)),
+            values(dy.clone().cast(FloatDType::F32)),
+            values(main_grad.clone()),
+        );
+        // f64 reference: dW_e[o][i] = sum over expert e's aligned rows r of dY[r][o] · X[r][i].
+        let mut reference = vec![0.0f64; experts * out * inp];
+        for (e, g) in host.groups.iter().enumerate() {
+            for r in g.start..g.start + g.len {
+                for o in 0..out {
+                    let d = dyv[r * out + o] as f64;
+                    let block = &mut reference[(e * out + o) * inp..(e * out + o + 1) * inp];
+                    for (i, v) in block.iter_mut().enumerate() {
+                        *v += d * xv[r * inp + i] as f64;
+                    }
+                }
+            }
+        }
+        let quantize = |t: &Tensor<B, 2>| {
+            quantize_grouped::<B>(
+                t.clone().into_primitive().tensor(),
+                &layout.groups,
+                &bf16_identity(),
+                Usage::BOTH,
+                0,
+                None,
+                GroupScaling::PerGroup,
+            )
+            .unwrap()
+        };
+        let (qx, qdy) = (quantize(&x), quantize(&dy));
+        for wgrad in [GroupedWgrad::Sm90, GroupedWgrad::CublasLt] {
+            set_grouped_wgrad(wgrad);
+            let ours = wgrad == GroupedWgrad::Sm90 && sm90;
+            for (mode, out_dtype, accumulate) in [
+                ("f32", FloatDType::F32, false),
+                ("bf16", FloatDType::BF16, false),
+                ("f32 accumulated", FloatDType::F32, true),
+            ] {
+                let what = format!("{inp} -> {out} {wgrad:?} {mode}");
+                let before = host_syncs();
+                let dw = B::grouped_gemm(
+                    GemmKind::Wgrad,
+                    GroupedOperand {
+                        tensor: &qdy,
+                        groups: &layout.groups,
+                    },
+                    GroupedOperand {
+                        tensor: &qx,
+                        groups: &layout.groups,
+                    },
+                    GemmOptions {
+                        out_dtype,
+                        accumulate: accumulate.then(|| main_grad.clone().into_primitive().tensor()),
+                        ..GemmOptions::default()
+                    },
+                )
+                .unwrap();
+                let got = floats(B::float_cast(dw, FloatDType::F32));
+                let counts = host_syncs().since(&before);
+                assert_eq!(counts.device_grouped_wgrads, ours as u64, "{what}: our kernel runs");
+                if ours {
+                    assert_eq!(counts.split_reads, 0, "{what}: no read of the splits");
+                }
+                let want: Vec<f32> = reference
+                    .iter()
+                    .zip(&mgv)
+                    .map(|(r, m)| (r + if accumulate { *m as f64 } else { 0.0 }) as f32)
+                    .collect();
+                assert_eq!(got.len(), want.len(), "{what}: output size");
+                let tolerance = if out_dtype == FloatDType::BF16 { 4e-3 } else { 1e-5 };
+                let err = relative_error(&got, &want);
+                assert!(err <= tolerance, "{what}: differs from the f64 reference by {err:.2e}");
+                // The empty expert: zeros, or the main gradient as it was.
+                let empty = &got[out * inp..2 * out * inp];
+                let kept = &mgv[out * inp..2 * out * inp];
+                if accumulate {
+                    assert!(empty == kept, "{what}: the empty expert's block changed");
+                } else {
+                    assert!(empty.iter().all(|&v| v == 0.0), "{what}: the empty expert's block is not zero");
+                }
+            }
+        }
+    }
 }

@@ -16,15 +16,16 @@
 //!   Where the splits' host copy has arrived by the time the GEMM is called and every group's
 //!   GEMM alone fills the GPU, fprop/dgrad run per group instead where that measured faster
 //!   (`grouped::per_group_pays`: BF16 dgrad, FP8 with per-group scales, which then need no pass).
-//!   Where the copy has not arrived when the batch is queued, the batch runs the host-known bound
-//!   of chunks, or, under `GroupedKernel::Sm90` (`sm90_grouped`, the default; `cublaslt` with
-//!   `LOWP_GROUPED_KERNEL`) and where it supports the GEMM, our Hopper grouped GEMM, which reads
-//!   the groups on the device and computes only the chunks they fill. It applies shared FP8 scales
-//!   itself, and per-group ones where the caller does not take them (`defer_scales`): then no scale
-//!   pass runs, which is decided when the GEMM is called (if the copy has not arrived by then, our
-//!   kernel runs even if it arrives before the batch is queued). Deferred per-group scales stay the
-//!   caller's: our kernel then writes the unit-scale product, as cuBLASLt does.
-//! * **Per group** (wgrad, whose contraction length is the group's token count; FP8 block scaling,
+//!   Under `GroupedKernel::Sm90` (`sm90_grouped`, the default; `cublaslt` with
+//!   `LOWP_GROUPED_KERNEL`) and where it supports the GEMM, our Hopper grouped GEMM runs instead,
+//!   which reads the groups on the device and computes only the chunks they fill, whether or not
+//!   the copy has arrived (`GroupedDgrad::Exact`, `LOWP_GROUPED_DGRAD=exact`: only where it has
+//!   not arrived when the GEMM is called). It applies FP8 scales itself, shared or per group, and
+//!   never defers them (`defer_scales` then returns none): no scale pass, no consumer epilogue
+//!   for them. Elsewhere the batch runs the host-known bound of chunks where the copy has not
+//!   arrived when the batch is queued.
+//! * **Per group** (wgrad, whose contraction length is the group's token count, except where our
+//!   K-grouped kernel takes a BF16 one, `grouped_wgrad`; FP8 block scaling,
 //!   which cuBLASLt rejects in batches; MXFP8/NVFP4 emulation): one GEMM per non-empty group on
 //!   the groups' host copy (requested when the layout was made, so usually arrived), spread over
 //!   several streams with one CubeCL handshake for the whole group.
@@ -51,7 +52,9 @@ use crate::backend::grouped::{
     group_view, grouped_output_shape, per_group_pays, BatchedOperands, GroupedGemmPath,
     GroupedOperand, HostCopy, HostGroups, GROUP_ALIGN,
 };
-use super::sm90_grouped::{self, grouped_kernel, GroupedKernel, Sm90GroupedGemm, Sm90Operands};
+use super::sm90_grouped::{
+    self, grouped_dgrad, grouped_kernel, GroupedDgrad, GroupedKernel, Sm90GroupedGemm, Sm90Operands,
+};
 use crate::error::Result;
 use crate::format::grouped::SplitStatus;
 use crate::format::{Direction, QuantFormat};
@@ -145,7 +148,15 @@ pub fn grouped_gemm_unscaled<R: CubeRuntime, F: FloatElement, I: IntElement, BT:
         GroupedGemmPath::PointerArray(inner) => {
             pointer_array(kind, a, b, inner, shape, options, defer_scales)
         }
-        GroupedGemmPath::PerGroup(inner) => Ok((per_group(kind, a, b, inner, shape, options)?, None)),
+        GroupedGemmPath::PerGroup(inner) => {
+            // A BF16 wgrad runs our K-grouped kernel where it applies (`grouped_wgrad`).
+            if kind == GemmKind::Wgrad {
+                if let Some(out) = super::grouped_wgrad::device_wgrad(a, b, shape, &options)? {
+                    return Ok((out, None));
+                }
+            }
+            Ok((per_group(kind, a, b, inner, shape, options)?, None))
+        }
     }
 }
 
@@ -168,7 +179,7 @@ fn element_bytes(dtype: DataType) -> usize {
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 
 /// A contiguous, 16-byte aligned high-precision `[rows, cols]` operand (the whole grouped tensor).
-fn whole_tensor<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
+pub(super) fn whole_tensor<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement>(
     t: &CubeTensor<R>,
     rows: usize,
     cols: usize,
@@ -273,14 +284,21 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
         ),
         GroupedKernel::CublasLt => None,
     };
+    // Under `GroupedDgrad::Exact`, splits whose host copy has arrived when the GEMM is called
+    // take cuBLASLt's exact batch (deferring per-group scales as it does); else our kernel runs
+    // wherever it supports the GEMM, whatever the device thread finds (it computes exactly the
+    // filled chunks from the device offsets).
+    let exact = grouped_dgrad() == GroupedDgrad::Exact;
+    let sm90 = sm90.filter(|_| !exact || filled_chunks(&host_groups, count).is_none());
     // Per-group scales the caller's epilogue applies (`group_epilogue`), where the output already
-    // has the dtype asked for.
-    let deferring = scale_pass.is_some() && defer_scales && d_dtype == DType::from(options.out_dtype);
+    // has the dtype asked for and cuBLASLt runs (our kernel applies them itself: no extra pass).
+    let deferring = scale_pass.is_some()
+        && defer_scales
+        && d_dtype == DType::from(options.out_dtype)
+        && sm90.is_none();
     // Per-group scales that our kernel applies instead of the scale pass: the pass is queued (or
-    // not) here, so our kernel is chosen here, where the splits' copy has not arrived yet, and
-    // then runs whatever the device thread finds.
-    let kernel_scales =
-        sm90.is_some() && scale_pass.is_some() && !deferring && filled_chunks(&host_groups, count).is_none();
+    // not) here, so our kernel is chosen here and then runs whatever the device thread finds.
+    let kernel_scales = sm90.is_some() && scale_pass.is_some() && !deferring;
     // The operands' scales, for cuBLASLt (shared) or our kernel (shared or `kernel_scales`): the
     // shared scales' first values are the operands' per-tensor scales; cuBLAS A is our B.
     let shared = fp8_scales.as_ref().is_some_and(|s| s.shared);
@@ -316,8 +334,10 @@ fn pointer_array<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement
                 (false, true) => Some((ptr[index], 1)),
                 (false, false) => None,
             };
+            // (`Exact`: splits arrived since the call take the exact batch where our kernel does
+            // not owe the scales.)
             let ours = sm90
-                .filter(|_| kernel_scales || filled.is_none())
+                .filter(|_| !exact || kernel_scales || filled.is_none())
                 .map(|variant| Sm90GroupedGemm {
                     variant,
                     a: ptr[1],

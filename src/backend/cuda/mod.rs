@@ -2,8 +2,10 @@
 //! (`cublaslt/`: plans, algorithm choice, stream ordering against CubeCL's stream, marks, our
 //! streams' kernels), the operands laid out for it (`gemm.rs`: one GEMM or a group of them;
 //! `batched.rs`: strided batches; `grouped.rs`: grouped MoE GEMMs), our Hopper grouped GEMM
-//! (`sm90_grouped.rs` with its kernel `sm90/grouped_gemm.cu`), and which CUDA device a CubeCL
-//! client is (`device.rs`), and which paths this build and device take (`paths.rs`). `cube/` calls in here where `R` is CubeCL's CUDA runtime.
+//! (`sm90_grouped.rs` with its kernels `sm90/grouped_gemm.cu`; `sm90_wgrad.rs`, the K-grouped
+//! weight gradient of the same file), which CUDA device a CubeCL client is (`device.rs`), which
+//! paths this build and device take (`paths.rs`), and the environment settings (`setting.rs`).
+//! `cube/` calls in here where `R` is CubeCL's CUDA runtime.
 
 pub(crate) mod batched;
 pub mod cublaslt;
@@ -11,7 +13,10 @@ pub mod device;
 pub mod gemm;
 pub mod grouped;
 pub mod paths;
+mod grouped_wgrad;
+mod setting;
 pub mod sm90_grouped;
+pub mod sm90_wgrad;
 
 pub use device::is_cuda;
 pub use paths::active_paths;

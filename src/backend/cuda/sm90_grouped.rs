@@ -10,6 +10,10 @@
 //! launches them on the stream its GEMMs use (`cublaslt::GroupWork::Sm90`), so every
 //! `StreamOrdering` orders them as it orders cuBLASLt.
 //!
+//! Under the default [`GroupedDgrad::Sm90`] our kernel also runs where the splits' host copy has
+//! arrived (the dgrad, usually), applying per-expert FP8 scales itself; `GroupedDgrad::Exact`
+//! (`LOWP_GROUPED_DGRAD=exact`) leaves those GEMMs to cuBLASLt's exact batch, to time both ways.
+//!
 //! Which kernel runs the bound is a process-wide setting, [`GroupedKernel`]:
 //! [`set_grouped_kernel`], else the environment variable `LOWP_GROUPED_KERNEL` (`cublaslt` or
 //! `sm90`, read once per process; another value is reported on stderr and ignored), else
@@ -42,12 +46,12 @@
 //! stores; 128-byte swizzle) and [`GroupedGemmArgs`] by value.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use cudarc::cublaslt::sys::cudaDataType_t as DataType;
 use cudarc::driver::{sys as cuda, CudaContext, CudaFunction};
 
+use super::setting::Setting;
 use crate::error::{LowpError, Result};
 
 /// Which kernel runs a graph-safe grouped fprop/dgrad whose splits the host does not know yet
@@ -61,6 +65,9 @@ pub enum GroupedKernel {
     Sm90,
 }
 
+/// The setting's variable and values, in `GroupedKernel::code` order; default `sm90`.
+static KERNEL: Setting = Setting::new("LOWP_GROUPED_KERNEL", ["cublaslt", "sm90"], 1);
+
 impl GroupedKernel {
     fn code(self) -> u8 {
         match self {
@@ -70,42 +77,49 @@ impl GroupedKernel {
     }
 }
 
-/// The setting's code (`GroupedKernel::code`); `UNRESOLVED` until the first call to
-/// `grouped_kernel` or `set_grouped_kernel`.
-static KERNEL: AtomicU8 = AtomicU8::new(UNRESOLVED);
-const UNRESOLVED: u8 = u8::MAX;
-
 /// The setting in use: set by [`set_grouped_kernel`], else `LOWP_GROUPED_KERNEL=cublaslt|sm90`,
 /// else `Sm90`. The variable is read once per process.
 pub fn grouped_kernel() -> GroupedKernel {
-    match KERNEL.load(Ordering::Relaxed) {
+    match KERNEL.get() {
         0 => GroupedKernel::CublasLt,
-        1 => GroupedKernel::Sm90,
-        _ => {
-            let kernel = match std::env::var("LOWP_GROUPED_KERNEL") {
-                Ok(v) if v == "cublaslt" => GroupedKernel::CublasLt,
-                Ok(v) if v == "sm90" => GroupedKernel::Sm90,
-                Ok(other) => {
-                    static REPORTED: Once = Once::new();
-                    REPORTED.call_once(|| {
-                        eprintln!(
-                            "burn-lowp: LOWP_GROUPED_KERNEL={other:?} is neither `cublaslt` nor \
-                             `sm90`; using `sm90`"
-                        )
-                    });
-                    GroupedKernel::Sm90
-                }
-                Err(_) => GroupedKernel::Sm90,
-            };
-            // A `set_grouped_kernel` made meanwhile wins.
-            let _ = KERNEL.compare_exchange(UNRESOLVED, kernel.code(), Ordering::Relaxed, Ordering::Relaxed);
-            grouped_kernel()
-        }
+        _ => GroupedKernel::Sm90,
     }
 }
 
 pub fn set_grouped_kernel(kernel: GroupedKernel) {
-    KERNEL.store(kernel.code(), Ordering::Relaxed);
+    KERNEL.set(kernel.code());
+}
+
+/// Which kernel runs a grouped fprop/dgrad on the pointer-array path whose splits' host copy has
+/// arrived when the GEMM is called (the dgrad, usually: the copy is requested with the forward's
+/// layout), under `GroupedKernel::Sm90`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupedDgrad {
+    /// cuBLASLt's pointer-array batch over exactly the filled chunks, FP8 per-expert scales left
+    /// to the caller's epilogue where it takes them (the behaviour before our kernel ran there).
+    Exact,
+    /// The default: our kernel wherever it supports the GEMM, applying FP8 per-expert scales
+    /// itself (no scale pass, no deferred scales).
+    Sm90,
+}
+
+/// `LOWP_GROUPED_DGRAD=exact|sm90`, in `GroupedDgrad` order; default `sm90`.
+static DGRAD: Setting = Setting::new("LOWP_GROUPED_DGRAD", ["exact", "sm90"], 1);
+
+/// The setting in use: set by [`set_grouped_dgrad`], else `LOWP_GROUPED_DGRAD=exact|sm90`, else
+/// `Sm90`. The variable is read once per process.
+pub fn grouped_dgrad() -> GroupedDgrad {
+    match DGRAD.get() {
+        0 => GroupedDgrad::Exact,
+        _ => GroupedDgrad::Sm90,
+    }
+}
+
+pub fn set_grouped_dgrad(dgrad: GroupedDgrad) {
+    DGRAD.set(match dgrad {
+        GroupedDgrad::Exact => 0,
+        GroupedDgrad::Sm90 => 1,
+    });
 }
 
 /// Whether CUDA device `device` has compute capability exactly 9.0 (H100, H200, GH200), the
@@ -371,11 +385,13 @@ const _: () = assert!(std::mem::align_of::<cuda::CUtensorMap>() >= 64);
 /// The kernels of one CUDA context (`Sm90Variant::ALL`).
 pub(crate) struct Sm90Kernels {
     functions: Vec<CudaFunction>,
+    /// The K-grouped weight gradient's kernels (`sm90_wgrad::WGRAD_KERNELS`).
+    wgrad: Vec<CudaFunction>,
 }
 
 impl Sm90Kernels {
-    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the eight kernels into `ctx`
-    /// and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
+    /// Compiles `sm90/grouped_gemm.cu` with NVRTC for `sm_90a`, loads the eight kernels and the
+    /// weight gradient's into `ctx` and allows each its dynamic shared memory. An NVRTC failure is an error carrying its log.
     pub(crate) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
         use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
         let ptx = compile_ptx_with_opts(
@@ -420,7 +436,21 @@ impl Sm90Kernels {
                 })?;
             functions.push(function);
         }
-        Ok(Sm90Kernels { functions })
+        let wgrad = super::sm90_wgrad::load_wgrad(&module)?;
+        Ok(Sm90Kernels { functions, wgrad })
+    }
+
+    /// Queues the K-grouped weight gradient `g` on `stream` (`sm90_wgrad::launch_wgrad`).
+    ///
+    /// # Safety
+    /// As `launch`.
+    pub(crate) unsafe fn launch_wgrad(
+        &self,
+        g: &super::sm90_wgrad::Sm90GroupedWgrad,
+        stream: cuda::CUstream,
+        ctas: u32,
+    ) -> Result<()> {
+        unsafe { super::sm90_wgrad::launch_wgrad(&self.wgrad[0], g, stream, ctas) }
     }
 
     /// Queues `g` on `stream` with a persistent grid of at most `ctas` CTAs (the caller's context
@@ -510,7 +540,7 @@ impl Sm90Kernels {
     }
 }
 
-fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
+pub(super) fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
     LowpError::invalid(
         "cuTensorMapEncodeTiled",
         format!("operand {operand} of the sm90 grouped GEMM"),
@@ -520,7 +550,7 @@ fn tensor_map_error(operand: &str, e: cuda::CUresult) -> LowpError {
 
 /// A tiled tensor map as the kernels read them (`harness.cu`'s `encode`): element strides 1, no
 /// interleave, 128-byte swizzle, 256-byte L2 promotion, no OOB NaN fill (zeros).
-unsafe fn encode(
+pub(super) unsafe fn encode(
     data_type: cuda::CUtensorMapDataType,
     base: u64,
     dims: &[u64],

@@ -12,7 +12,7 @@ use cudarc::driver::{sys as cuda, CudaContext, CudaSlice, CudaStream, DevicePtr,
 use super::kernels::{compile_our_kernels, OurKernels};
 use super::ordering::{stream_ordering, StreamFlags, StreamOrdering};
 use super::plan::{set_call_pointers, GroupWork, LtBatch, LtGemm, Plan, PlanKey};
-use crate::backend::cuda::sm90_grouped::{Sm90GroupedGemm, Sm90Kernels};
+use crate::backend::cuda::sm90_grouped::Sm90Kernels;
 use crate::error::{LowpError, Result};
 
 /// The per-device cuBLASLt state: handle, stream, workspace, chosen algorithms, stream flags.
@@ -300,10 +300,15 @@ impl CublasLt {
         }
     }
 
-    /// Queues our Hopper grouped GEMM on lane `lane` (where a cuBLASLt GEMM of the group would
-    /// run): a persistent grid of one CTA per SM, less the SM CubeCL's wait kernel holds under
+    /// Queues one of our Hopper kernels (`sm90_grouped`, `sm90_wgrad`) on lane `lane` (where a
+    /// cuBLASLt GEMM of the group would run): `launch` gets the kernels, the lane's stream and a
+    /// persistent grid of one CTA per SM, less the SM CubeCL's wait kernel holds under
     /// `DeviceFlags` (as cuBLASLt's `sm_target`).
-    pub(super) unsafe fn enqueue_sm90(&mut self, lane: usize, g: &Sm90GroupedGemm) -> Result<()> {
+    fn enqueue_sm90_kernel(
+        &mut self,
+        lane: usize,
+        launch: impl FnOnce(&Sm90Kernels, cudarc::driver::sys::CUstream, u32) -> Result<()>,
+    ) -> Result<()> {
         self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
         let stream = self.lanes[lane].stream.cu_stream();
         let sm_target = self.sm_target as u32;
@@ -311,14 +316,21 @@ impl CublasLt {
         let multiprocessors = crate::backend::cuda::device::multiprocessors(self.ctx.ordinal()) as u32;
         let kernels = self.sm90_kernels()?;
         let ctas = if flags { sm_target.min(multiprocessors) } else { multiprocessors };
-        unsafe { kernels.launch(g, stream, ctas) }
+        launch(kernels, stream, ctas)
     }
 
     /// Queues one piece of a group's work on lane `lane`.
     pub(super) unsafe fn enqueue_work_on(&mut self, lane: usize, work: &GroupWork) -> Result<()> {
         match work {
             GroupWork::Lt(g) => unsafe { self.enqueue_on(lane, g) },
-            GroupWork::Sm90(g) => unsafe { self.enqueue_sm90(lane, g) },
+            // (Safety: the group's pointers are live until its work has run, `enqueue_work_on`'s
+            // contract.)
+            GroupWork::Sm90(g) => unsafe {
+                self.enqueue_sm90_kernel(lane, |k, stream, ctas| k.launch(g, stream, ctas))
+            },
+            GroupWork::Sm90Wgrad(g) => unsafe {
+                self.enqueue_sm90_kernel(lane, |k, stream, ctas| k.launch_wgrad(g, stream, ctas))
+            },
         }
     }
 

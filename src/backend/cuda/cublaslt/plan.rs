@@ -10,6 +10,7 @@ use lts::{cublasLtMatmulDescAttributes_t as Attr, cudaDataType_t as DataType};
 use super::instance::{lt_error, CublasLt};
 use super::ordering::{stream_ordering, StreamOrdering};
 use crate::backend::cuda::sm90_grouped::Sm90GroupedGemm;
+use crate::backend::cuda::sm90_wgrad::Sm90GroupedWgrad;
 use crate::error::{LowpError, Result};
 
 /// How an operand's scale is applied (cuBLASLt `CUBLASLT_MATMUL_DESC_{A,B}_SCALE_MODE`).
@@ -139,6 +140,8 @@ impl LtGemm {
 pub enum GroupWork {
     Lt(LtGemm),
     Sm90(Sm90GroupedGemm),
+    /// Our K-grouped weight gradient (`sm90_wgrad`).
+    Sm90Wgrad(Sm90GroupedWgrad),
 }
 
 impl From<LtGemm> for GroupWork {

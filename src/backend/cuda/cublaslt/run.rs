@@ -311,6 +311,16 @@ fn check_aligned(gemms: &[GroupWork]) -> Result<()> {
                     ));
                 }
             }
+            GroupWork::Sm90Wgrad(g) => {
+                if let Some(p) = g.misaligned() {
+                    return Err(LowpError::invalid(
+                        "grouped wgrad operand",
+                        format!("address {p:#x}"),
+                        "the sm90 grouped wgrad needs 16-byte aligned operands, an 8-byte (f32) or \
+                         4-byte (bf16) aligned output and 4-byte aligned group offsets",
+                    ));
+                }
+            }
         }
     }
     Ok(())

@@ -792,3 +792,279 @@ LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_tn_128_pingpong_x2, 128, LOWP_BF16, 
 LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_bf16_nn_128_pingpong_x2, 128, LOWP_BF16, true, false, 6, true)
 LOWP_GROUPED_GEMM_X2(lowp_grouped_gemm_e4m3_tn_128_pingpong_x2, 128, LOWP_E4M3, false, false, 6, true)
 #endif
+
+// ---- The K-grouped weight gradient -------------------------------------------------------------
+//
+// dW_e = s_a[e] · s_b[e] · dY_eᵀ · X_e for every expert e in one persistent launch, the reduction
+// running over the expert's aligned token rows [group_start[e], group_start[e] + group_rows[e])
+// read on the device (multiples of 128, as for the kernels above; the padding rows inside an
+// expert's range are zero in both operands, so they add nothing). Work units are (expert, 128-row
+// tile of dW's rows, BN-column tile of its columns), expert-major; a unit's K loop is its expert's
+// rows in 128-byte slices, so units differ in length and an empty expert's take no stage at all.
+//
+// Operands (A: the gradient dY, B: the input X; P rows of the packed aligned batch):
+//   BF16:  A = dY [P, m], B = X [P, n] row-major as stored, both read MN-major by wgmma (the
+//          NN kernel's B, for both operands): 64 x 64 boxes, 64-column blocks 8 KiB apart.
+//   FP8:   A = dYᵀ [m, P], B = Xᵀ [n, P], both K-major (wgmma's FP8 takes no MN-major operand):
+//          the TN kernels' tiles. E4M3 x E4M3, or E5M2 dY x E4M3 X (the hybrid recipes).
+//          These are whole transposes (row stride P), one 2D tensor map each: not the per-expert
+//          blocks `[cols, rows_e]` that the grouped FP8 cast writes today (docs/performance.md).
+//   D      [groups, m, n] f32 or bf16 (row stride n), written from the accumulators with 8-byte
+//          (f32 pairs) or 4-byte (bf16 pairs) stores; with LOWP_WGRAD_ACCUMULATE (f32 only) each
+//          value is added to what D holds (`fuse_wgrad_accumulation` into main_grad; a bf16 D
+//          ignores the flag). An expert with no rows writes zeros, or leaves D untouched when
+//          accumulating.
+// Structure as the cooperative kernels above: warpgroup 0's first thread issues the TMA loads
+// into a ring of stages, warpgroups 1 and 2 take 64 rows of each 128 x BN tile. No staging
+// buffers: the epilogue's stores go straight from the registers while the producer already fills
+// the ring for the next unit.
+
+struct GroupedWgradArgs {
+    void* d;                 // [groups, m, n] f32 or bf16
+    const u32* group_start;  // [groups] first aligned row of each expert (multiples of 128)
+    const u32* group_rows;   // [groups] aligned rows of each expert (multiples of 128)
+    const float* scale_a;    // null, or dY's dequantization scale of expert e at e · scale_a_step
+    const float* scale_b;    // null, or X's dequantization scale of expert e at e · scale_b_step
+    int groups;
+    int m;                   // rows of each dW_e (the layer's output features)
+    int n;                   // columns of each dW_e (its input features)
+    int scale_a_step;
+    int scale_b_step;
+    int flags;               // LOWP_WGRAD_F32 | LOWP_WGRAD_ACCUMULATE
+};
+
+#define LOWP_WGRAD_F32 1
+#define LOWP_WGRAD_ACCUMULATE 2
+
+// m64n256k16 BF16 with both operands MN-major (trans-a = trans-b = 1).
+__device__ __forceinline__ void wgmma_m64n256_bf16_mn_mn(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " LOWP_D128
+                 ", %128, %129, p, 1, 1, 1, 1;\n}\n"
+                 : LOWP_ACC128(d)
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void store_f32x2(float* p, float a, float b) {
+    asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ void load_f32x2(const float* p, float& a, float& b) {
+    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "l"(p));
+}
+
+__device__ __forceinline__ void store_u32(u16* p, u32 v) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// A work unit of the weight gradient: its expert, first row and column of dW_e, and K range.
+struct WgradUnit {
+    int group;
+    int m0;
+    int n0;
+    int k_start;
+    int k_blocks;
+};
+
+template <int BN, int BK>
+__device__ __forceinline__ WgradUnit wgrad_unit(const GroupedWgradArgs& args, int unit, int n_tiles,
+                                                int per_group) {
+    WgradUnit u;
+    u.group = unit / per_group;
+    const int r = unit - u.group * per_group;
+    const int m_tile = r / n_tiles;
+    u.m0 = m_tile * LOWP_BM;
+    u.n0 = (r - m_tile * n_tiles) * BN;
+    u.k_start = (int)args.group_start[u.group];
+    u.k_blocks = (int)(args.group_rows[u.group] / BK);
+    return u;
+}
+
+// The epilogue of one consumer warpgroup: rows [row0, row0 + 64) x columns [col0, col0 + BN) of
+// dW_e from the m64nBN fragment (thread (warp w, lane l): rows 16w + l/4 and +8, per 8-column step
+// j columns 8j + 2(l%4), +1), times `scale`, rounded once where D is bf16.
+template <int BN>
+__device__ __forceinline__ void store_wgrad_tile(const GroupedWgradArgs& args, const float (&acc)[BN / 2],
+                                                 int group, int row0, int col0, float scale,
+                                                 bool skip) {
+    if (skip) return;
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x / 32) % 4;
+    const bool f32 = (args.flags & LOWP_WGRAD_F32) != 0;
+    const bool accumulate = f32 && (args.flags & LOWP_WGRAD_ACCUMULATE) != 0;
+    const long long block = (long long)group * args.m * args.n;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + 16 * warp + lane / 4 + 8 * half;
+        if (row >= args.m) continue;
+        const long long row_offset = block + (long long)row * args.n;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = col0 + 8 * j + 2 * (lane % 4);
+            if (col >= args.n) continue;  // (n is even: col + 1 < n too)
+            float v0 = acc[4 * j + 2 * half] * scale;
+            float v1 = acc[4 * j + 2 * half + 1] * scale;
+            if (f32) {
+                float* p = reinterpret_cast<float*>(args.d) + row_offset + col;
+                if (accumulate) {
+                    float o0, o1;
+                    load_f32x2(p, o0, o1);
+                    v0 += o0;
+                    v1 += o1;
+                }
+                store_f32x2(p, v0, v1);
+            } else {
+                store_u32(reinterpret_cast<u16*>(args.d) + row_offset + col, bf16x2(v0, v1));
+            }
+        }
+    }
+}
+
+template <int BN, int TYPES, bool SPLIT_ACC, int STAGES>
+__device__ __forceinline__ void grouped_wgrad_body(const TensorMap* tm_a, const TensorMap* tm_b,
+                                                   const GroupedWgradArgs& args) {
+    constexpr bool FP8 = TYPES != LOWP_BF16;
+    constexpr int BK = FP8 ? 128 : 64;  // reduction rows per 128-byte slice
+    constexpr u32 A_BYTES = LOWP_BM * LOWP_BK_BYTES;
+    constexpr u32 B_BYTES = BN * LOWP_BK_BYTES;
+    constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
+    constexpr int ACC = BN / 2;
+    static_assert(FP8 || (BN == 256 && !SPLIT_ACC), "BF16: the 128 x 256 cooperative tile");
+
+    extern __shared__ unsigned char smem_raw[];
+    const u32 base = (shared_address(smem_raw) + 1023u) & ~1023u;
+    const u32 full = base + STAGES * STAGE_BYTES;  // STAGES mbarriers: stage loaded
+    const u32 empty = full + STAGES * 8;           // STAGES mbarriers: stage consumed
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            barrier_init(full + 8 * s, 1);
+            barrier_init(empty + 8 * s, 2);  // both consumer warpgroups read every stage
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int m_tiles = (args.m + LOWP_BM - 1) / LOWP_BM;
+    const int n_tiles = (args.n + BN - 1) / BN;
+    const int per_group = m_tiles * n_tiles;
+    const int units = args.groups * per_group;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {
+            int stage = 0;
+            u32 phase = 0;
+            for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+                const WgradUnit u = wgrad_unit<BN, BK>(args, unit, n_tiles, per_group);
+                for (int kb = 0; kb < u.k_blocks; ++kb) {
+                    barrier_wait(empty + 8 * stage, phase ^ 1);
+                    const u32 bar = full + 8 * stage;
+                    const u32 sa = base + stage * STAGE_BYTES;
+                    const u32 sb = sa + A_BYTES;
+                    const int k0 = u.k_start + kb * BK;
+                    // Boxes past m or n are zero-filled and still count their full bytes.
+                    barrier_expect_bytes(bar, STAGE_BYTES);
+                    if constexpr (FP8) {
+                        tma_load_2d(sa, tm_a, bar, k0, u.m0);  // dYᵀ: 128 rows x 128 bytes of K
+                        tma_load_2d(sb, tm_b, bar, k0, u.n0);  // Xᵀ: BN rows x 128 bytes of K
+                    } else {
+                        // 64 K rows x 64 columns a box, one per 64 columns of the tile.
+#pragma unroll
+                        for (int j = 0; j < LOWP_BM / 64; ++j)
+                            tma_load_2d(sa + j * 8192, tm_a, bar, u.m0 + 64 * j, k0);
+#pragma unroll
+                        for (int j = 0; j < BN / 64; ++j)
+                            tma_load_2d(sb + j * 8192, tm_b, bar, u.n0 + 64 * j, k0);
+                    }
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int consumer = warpgroup - 1;
+        // This warpgroup's 64 rows of dW_e: K-major A (FP8) at 64 rows of 128 bytes; MN-major A
+        // (BF16) is the `consumer`-th 64-column box of the stage's A.
+        const u64 desc_a = FP8 ? smem_descriptor(base + consumer * 64 * LOWP_BK_BYTES, 16, 1024)
+                               : smem_descriptor(base + consumer * 8192, LOWP_MN_LEADING, LOWP_MN_STRIDE);
+        const u64 desc_b = FP8 ? smem_descriptor(base + A_BYTES, 16, 1024)
+                               : smem_descriptor(base + A_BYTES, LOWP_MN_LEADING, LOWP_MN_STRIDE);
+        float acc[ACC];
+        float part[SPLIT_ACC ? ACC : 1];
+        int stage = 0;
+        u32 phase = 0;
+        for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+            const WgradUnit u = wgrad_unit<BN, BK>(args, unit, n_tiles, per_group);
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+            int previous = -1;  // the stage whose wgmmas may still be in flight
+            for (int kb = 0; kb < u.k_blocks; ++kb) {
+                barrier_wait(full + 8 * stage, phase);
+                const u64 stage_offset = (u64)((stage * STAGE_BYTES) >> 4);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks) {
+                    // K-major: 32 bytes of K a step; MN-major: 16 K rows of 128 bytes.
+                    const u64 step = (u64)((FP8 ? ks * 32 : ks * 2048) >> 4);
+                    const u64 da = desc_a + stage_offset + step;
+                    const u64 db = desc_b + stage_offset + step;
+                    if constexpr (FP8) {
+                        if constexpr (SPLIT_ACC) wgmma_fp8<TYPES, BN>(part, da, db, ks > 0);
+                        else wgmma_fp8<TYPES, BN>(acc, da, db, 1);
+                    } else {
+                        wgmma_m64n256_bf16_mn_mn(acc, da, db, 1);
+                    }
+                }
+                wgmma_commit();
+                if constexpr (SPLIT_ACC) {
+                    wgmma_wait<0>();
+#pragma unroll
+                    for (int i = 0; i < ACC; ++i) acc[i] += part[i];
+                    if (threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * stage);
+                } else {
+                    wgmma_wait<1>();
+                    if (previous >= 0 && threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * previous);
+                    previous = stage;
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            if constexpr (!SPLIT_ACC) {
+                wgmma_wait<0>();
+                if (previous >= 0 && threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * previous);
+            }
+            float scale = 1.0f;
+            if (args.scale_a) scale *= args.scale_a[u.group * args.scale_a_step];
+            if (args.scale_b) scale *= args.scale_b[u.group * args.scale_b_step];
+            // An empty expert: zeros, or nothing where D accumulates.
+            const bool skip = u.k_blocks == 0 && (args.flags & LOWP_WGRAD_F32) != 0 &&
+                              (args.flags & LOWP_WGRAD_ACCUMULATE) != 0;
+            store_wgrad_tile<BN>(args, acc, u.group, u.m0 + 64 * consumer, u.n0, scale, skip);
+        }
+    }
+}
+
+#define LOWP_GROUPED_WGRAD(NAME, BN, TYPES, SPLIT, STAGES)                                         \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                           \
+        NAME(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,       \
+             const __grid_constant__ GroupedWgradArgs args) {                                      \
+        grouped_wgrad_body<BN, TYPES, SPLIT, STAGES>(&tm_a, &tm_b, args);                          \
+    }
+
+// Dynamic shared memory: STAGES · (128 + BN) · 128 bytes, 1024 bytes of alignment slack and 16
+// bytes of mbarriers per stage (4 · 48 KiB or 6 · 32 KiB + 1 KiB + barriers).
+// The BF16 kernel is the crate's (`sm90_wgrad.rs`); the FP8 ones are compiled only for the probe
+// until the grouped FP8 cast writes whole transposes (docs/fine-grained-moe.md).
+LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_bf16_256, 256, LOWP_BF16, false, 4)
+#ifdef LOWP_GROUPED_GEMM_PROBE_KERNELS
+LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e4m3_256, 256, LOWP_E4M3, false, 4)
+LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e4m3_split_128, 128, LOWP_E4M3, true, 6)
+LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e5m2_256, 256, LOWP_E5M2_E4M3, false, 4)
+LOWP_GROUPED_WGRAD(lowp_grouped_wgrad_e5m2_split_128, 128, LOWP_E5M2_E4M3, true, 6)
+#endif
