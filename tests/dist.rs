@@ -1,0 +1,23 @@
+//! The multi-GPU foundation's CPU side (`burn_lowp::dist`): launch variables, the TCP rendezvous
+//! and liveness channel over loopback (threads as ranks), the watchdog with fake events, the
+//! expert-parallel arithmetic, and the `--nproc-per-node` launcher with `/bin/sh` children. No
+//! GPU and no NCCL: what needs them runs on a GPU machine (docs/multi-gpu.md).
+
+#[path = "dist/env.rs"]
+mod env;
+
+#[path = "dist/rendezvous.rs"]
+mod rendezvous;
+
+#[path = "dist/liveness.rs"]
+mod liveness;
+
+#[path = "dist/watchdog.rs"]
+mod watchdog;
+
+#[path = "dist/split.rs"]
+mod split;
+
+#[cfg(unix)]
+#[path = "dist/launcher.rs"]
+mod launcher;
