@@ -18,6 +18,9 @@ mod watchdog;
 #[path = "dist/split.rs"]
 mod split;
 
+#[path = "dist/nccl_version.rs"]
+mod nccl_version;
+
 #[cfg(unix)]
 #[path = "dist/launcher.rs"]
 mod launcher;

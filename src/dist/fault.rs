@@ -68,10 +68,8 @@ impl FaultState {
             self.raised.store(true, Ordering::Release);
         }
         eprintln!("burn-lowp rank {}: {message}", self.rank);
-        let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|p| p.into_inner()));
-        for hook in hooks {
-            hook(&message);
-        }
+        // Armed before the hooks run, since a hook may hang (`ncclCommAbort` has in some NCCL
+        // versions).
         if let Some(grace) = self.exit_after {
             let rank = self.rank;
             let spawned = std::thread::Builder::new()
@@ -86,6 +84,10 @@ impl FaultState {
             if spawned.is_err() {
                 std::process::exit(FAULT_EXIT_CODE);
             }
+        }
+        let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|p| p.into_inner()));
+        for hook in hooks {
+            hook(&message);
         }
     }
 

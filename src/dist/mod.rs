@@ -8,6 +8,7 @@
 //! * `fault`: a rank's first fault, the hooks it runs (abort NCCL, tell the others), the exit;
 //! * `watchdog`: every queued collective watched until the GPU has passed it;
 //! * `split`: expert-parallel arithmetic: groups, expert owners, all-to-all splits;
+//! * `nccl_version`: the NCCL version rule (at least 2.18);
 //! * behind the `nccl` feature: `nccl` (the communicator over cudarc's NCCL bindings),
 //!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
 //!   host wait), `collectives` (collectives on CubeCL buffers), `group` (a rank's process group,
@@ -19,11 +20,28 @@ pub mod env;
 pub mod fault;
 pub mod launcher;
 pub mod liveness;
+pub mod nccl_version;
 pub mod rendezvous;
 pub mod split;
 pub mod watchdog;
+
+#[cfg(feature = "nccl")]
+pub mod collective_stream;
+#[cfg(feature = "nccl")]
+pub mod collectives;
+#[cfg(feature = "nccl")]
+pub mod group;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use env::LaunchEnv;
 pub use fault::FaultState;
 pub use rendezvous::Fingerprint;
 pub use split::{AllToAllSplits, ExpertSharding, ParallelLayout};
+
+#[cfg(feature = "nccl")]
+pub use collectives::Collectives;
+#[cfg(feature = "nccl")]
+pub use group::ProcessGroup;
+#[cfg(feature = "nccl")]
+pub use nccl::{ReduceDtype, ReduceOp};
