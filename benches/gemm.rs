@@ -38,10 +38,10 @@ use timing::{host_time, sync, time, time_in_turns};
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
-use burn_lowp::backend::cublaslt::{
+use burn_lowp::backend::cuda::cublaslt::{
     run_group_on_cubecl_buffers, set_stream_ordering, CublasLt, LtGemm, LtOperand, StreamOrdering,
 };
-use burn_lowp::backend::{gemm_profile, set_gemm_profiling, GemmKind, GemmOptions, LowpBackend};
+use burn_lowp::backend::{gemm_profile, set_gemm_profiling, GemmKind, GemmOptions, GemmOps};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{Fp8Format, Usage};
 use burn_lowp::nn::LinearConfig;
@@ -124,7 +124,7 @@ fn main() {
             }
             let (qx, qw) = (quantized(&x, xs), quantized(&w, ws));
             let path = B::gemm_path(GemmKind::Fprop, &qx, &qw);
-            if let Err(e) = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()) {
+            if let Err(e) = B::gemm_quantized(GemmKind::Fprop, &qx, &qw, options()) {
                 println!(
                     "{{\"bench\":\"gemm\",\"format\":\"{name}\",\"m\":{m},\"n\":{n},\"k\":{k},\"error\":{:?}}}",
                     e.to_string()
@@ -138,7 +138,7 @@ fn main() {
             ] {
                 set_stream_ordering(ordering);
                 let call = || {
-                    let _ = B::lowp_gemm(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
+                    let _ = B::gemm_quantized(GemmKind::Fprop, &qx, &qw, options()).expect("gemm");
                 };
                 // The default ordering takes turns with the peer (`gemm_torch.py --turns`).
                 let seconds = if ordering == StreamOrdering::CubeclStream {

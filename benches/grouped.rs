@@ -43,8 +43,8 @@ use burn::backend::Autodiff;
 use burn::tensor::{Distribution, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_cubecl::CubeBackend;
 use burn_lowp::backend::{
-    host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedGemmPath, GroupedOperand, Groups,
-    LowpBackend,
+    host_syncs, GemmKind, GemmOptions, GroupLayout, GroupedGemmPath, GroupedOperand, GroupedOps,
+    Groups,
 };
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::grouped::{uniform_groups, GroupScaling};
@@ -158,7 +158,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                 device,
             );
             let layout: GroupLayout<B> =
-                B::group_layout(m_splits.into_primitive(), tokens).expect("layout");
+                B::grouped_layout(m_splits.into_primitive(), tokens).expect("layout");
             // The splits' host copy arrives (the pointer array then runs the chunks they fill);
             // `unknown` is the same groups before it has (the host-known bound of chunks).
             layout.check().expect("splits");
@@ -229,7 +229,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                         "splits_on_host": batch == "exact",
                         "accumulation": accumulation,
                     });
-                    if let Err(e) = B::lowp_grouped_gemm(kind, a, b, options()) {
+                    if let Err(e) = B::grouped_gemm(kind, a, b, options()) {
                         line["error"] = json!(e.to_string());
                         println!("{line}");
                         continue;
@@ -237,7 +237,7 @@ fn grouped_gemms(device: &CudaDevice, client: &ComputeClient<CudaRuntime>) {
                     let before = host_syncs();
                     let iterations = (2e14 / flops).clamp(5.0, 100.0) as usize;
                     let seconds = time_in_turns(client, &line, iterations, 3, || {
-                        let _ = B::lowp_grouped_gemm(kind, a, b, options()).expect("grouped gemm");
+                        let _ = B::grouped_gemm(kind, a, b, options()).expect("grouped gemm");
                     });
                     let syncs = host_syncs().since(&before);
                     line["time_us"] = json!((seconds * 1e6 * 10.0).round() / 10.0);

@@ -25,7 +25,7 @@ use timing::{time, time_rounds};
 use burn::backend::Autodiff;
 use burn::tensor::{Distribution, Tensor};
 use burn_cubecl::CubeBackend;
-use burn_lowp::backend::{LowpBackend, NormSpec};
+use burn_lowp::backend::{ActivationOps, NormOps, NormSpec, QuantizeOps};
 use burn_lowp::format::{Fp8CurrentScaling, Fp8Format, FormatConfig, Usage};
 use burn_lowp::nn::LayerNormMlpConfig;
 use burn_lowp::ops::{Activation, ActivationParams, ActivationSpec};
@@ -63,7 +63,7 @@ fn main() {
             eps: 1e-5,
             zero_centered_gamma: false,
         };
-        let fwd = B::lowp_norm_forward(
+        let fwd = B::norm_forward(
             x_inner.clone().into_primitive().tensor(),
             gamma.clone().into_primitive().tensor(),
             Some(beta.clone().into_primitive().tensor()),
@@ -78,7 +78,7 @@ fn main() {
                 "norm_forward",
                 2 * tokens * hidden * 2,
                 Box::new(|| {
-                    B::lowp_norm_forward(
+                    B::norm_forward(
                         x_inner.clone().into_primitive().tensor(),
                         gamma.clone().into_primitive().tensor(),
                         Some(beta.clone().into_primitive().tensor()),
@@ -92,7 +92,7 @@ fn main() {
                 "activation_forward",
                 2 * tokens * (width + ffn),
                 Box::new(|| {
-                    B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
+                    B::act_forward(h.clone().into_primitive().tensor(), &spec, true)
                         .expect("activation");
                 }),
             ),
@@ -103,7 +103,7 @@ fn main() {
                 "activation_cast_current",
                 2 * tokens * width + 2 * tokens * ffn,
                 Box::new(|| {
-                    B::lowp_activation_quantize_fp8_current(
+                    B::act_quantize_fp8_current(
                         h.clone().into_primitive().tensor(),
                         &spec,
                         &current,
@@ -119,7 +119,7 @@ fn main() {
                 "activation_then_cast_current",
                 2 * tokens * width + 2 * tokens * ffn,
                 Box::new(|| {
-                    let act = B::lowp_activation_forward(h.clone().into_primitive().tensor(), &spec, true)
+                    let act = B::act_forward(h.clone().into_primitive().tensor(), &spec, true)
                         .expect("activation");
                     B::quantize_fp8_current_with_amax(act.y, &current, &act.amax.expect("fused amax"), Usage::BOTH)
                         .expect("cast");
@@ -129,7 +129,7 @@ fn main() {
                 "activation_backward",
                 2 * tokens * (2 * width + ffn),
                 Box::new(|| {
-                    B::lowp_activation_backward(
+                    B::act_backward(
                         da.clone().into_primitive().tensor(),
                         h.clone().into_primitive().tensor(),
                         &spec,
@@ -143,7 +143,7 @@ fn main() {
                 "norm_backward",
                 2 * tokens * hidden * 3,
                 Box::new(|| {
-                    B::lowp_norm_backward(
+                    B::norm_backward(
                         x_inner.clone().into_primitive().tensor(),
                         x_inner.clone().into_primitive().tensor(),
                         gamma.clone().into_primitive().tensor(),

@@ -21,7 +21,7 @@ use cases::selected;
 use timing::{host_time, time};
 
 use burn_cubecl::CubeBackend;
-use burn_lowp::backend::LowpBackend;
+use burn_lowp::backend::{BytesOps, QuantizeOps};
 use burn_lowp::format::fp8_block::BlockShape;
 use burn_lowp::format::{
     FormatConfig, Fp8BlockScaling, Fp8CurrentScaling, Fp8Format, HostMatrix, InputDtype,
@@ -139,7 +139,7 @@ fn main() {
             values.iter().map(|&v| InputDtype::BF16.round(v)).collect(),
         )
         .unwrap();
-        let input = Backend::float_from_host(&x, &device);
+        let input = Backend::bytes_float_from_host(&x, &device);
         let iterations = if elements > 50_000_000 { 20 } else { 100 };
         let input_bytes = elements * 2;
         let copy_seconds = time(&client, iterations, 1, || {
@@ -148,7 +148,7 @@ fn main() {
         let copy_gbps = 2.0 * input_bytes as f64 / copy_seconds / 1e9;
         println!("{{\"bench\":\"copy\",\"shape\":[{rows},{cols}],\"dtype\":\"bf16\",\"time_us\":{:.1},\"gbps\":{copy_gbps:.1}}}", copy_seconds * 1e6);
         // FP8 with a known scale (delayed scaling's cast): one pass over the input.
-        let scale = Backend::float_from_host(
+        let scale = Backend::bytes_float_from_host(
             &HostMatrix::new("scale", 1, 1, InputDtype::F32, vec![0.5]).unwrap(),
             &device,
         );
@@ -202,7 +202,7 @@ fn main() {
                         }
                         burn_lowp_kernels::force_tile_quantize_kernels(kernel == "tile");
                         let mut call = || {
-                            let _ = Backend::lowp_quantize(input.clone(), config, usage, false)
+                            let _ = Backend::quantize_tensor(input.clone(), config, usage, false)
                                 .expect("quantize");
                         };
                         let seconds = time(&client, iterations, 1, &mut call);

@@ -11,6 +11,15 @@ mod common;
 #[path = "kernels/suite.rs"]
 mod suite;
 
+#[path = "kernels/cast.rs"]
+mod cast;
+
+#[path = "kernels/delayed_scaling.rs"]
+mod delayed_scaling;
+
+#[path = "kernels/grouped.rs"]
+mod grouped;
+
 #[path = "kernels/norm_act.rs"]
 mod norm_act;
 

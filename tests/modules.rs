@@ -1,5 +1,6 @@
-//! Quantized GEMMs and the Linear / LayerNormLinear modules, written once (`modules/suite.rs`) and
-//! run on NdArray (the reference backend, CI) and CUDA (cuBLASLt, on a GPU machine): GEMMs against
+//! Quantized GEMMs and the Linear / LayerNormLinear modules, written once (`modules/suite.rs`,
+//! with the checks in `modules/gemm.rs`, `modules/linear.rs`, `modules/grouped*.rs`) and
+//! run on NdArray (the reference backend, CI) and CUDA (cuBLASLt, the GPU bundle): GEMMs against
 //! an f64 reference, identity recipes against plain Burn, gradients against a high-precision
 //! reference, a small MLP trained under every recipe file, the weight cache. CUDA adds the check
 //! that cuBLASLt is ordered against CubeCL's stream without host synchronization.
@@ -9,8 +10,17 @@ mod common;
 #[path = "modules/suite.rs"]
 mod suite;
 
+#[path = "modules/gemm.rs"]
+mod gemm;
+
+#[path = "modules/linear.rs"]
+mod linear;
+
 #[path = "modules/grouped.rs"]
 mod grouped;
+
+#[path = "modules/grouped_gemm.rs"]
+mod grouped_gemm;
 
 #[path = "modules/mlp.rs"]
 mod mlp;
@@ -51,43 +61,43 @@ mod cuda {
     #[test]
     fn grouped_fprop_and_dgrad_take_the_graph_safe_path() {
         if let Some(d) = device() {
-            crate::grouped::check_grouped_device_splits_path::<Backend>(&d);
+            crate::grouped_gemm::check_grouped_device_splits_path::<Backend>(&d);
         }
     }
 
     #[test]
     fn grouped_exact_batches_equal_the_bound() {
         if let Some(d) = device() {
-            crate::grouped::check_grouped_exact_batches_equal_bound::<Backend>(&d);
+            crate::grouped_gemm::check_grouped_exact_batches_equal_bound::<Backend>(&d);
         }
     }
 
     #[test]
     fn grouped_split_copy_is_seen_once_arrived() {
         if let Some(d) = device() {
-            crate::grouped::check_grouped_split_copy_is_seen_once_arrived::<Backend>(&d);
+            crate::grouped_gemm::check_grouped_split_copy_is_seen_once_arrived::<Backend>(&d);
         }
     }
 
     #[test]
     fn grouped_deferred_scales_equal_the_scale_pass() {
         if let Some(d) = device() {
-            crate::grouped::check_grouped_deferred_scales_equal_the_scale_pass::<Backend>(&d);
+            crate::grouped_gemm::check_grouped_deferred_scales_equal_the_scale_pass::<Backend>(&d);
         }
     }
 
     #[test]
     fn grouped_sm90_bound_equals_the_exact_batch() {
         if let Some(d) = device() {
-            let sm90 = burn_lowp::backend::sm90_grouped::is_sm90(d.index);
-            crate::grouped::check_grouped_sm90_bound_equals_the_exact_batch::<Backend>(&d, sm90);
+            let sm90 = burn_lowp::backend::cuda::sm90_grouped::is_sm90(d.index);
+            crate::grouped_gemm::check_grouped_sm90_bound_equals_the_exact_batch::<Backend>(&d, sm90);
         }
     }
 
     #[test]
     fn grouped_large_known_groups_run_per_group() {
         if let Some(d) = device() {
-            crate::grouped::check_grouped_large_known_groups_run_per_group::<Backend>(&d);
+            crate::grouped_gemm::check_grouped_large_known_groups_run_per_group::<Backend>(&d);
         }
     }
 
@@ -95,8 +105,8 @@ mod cuda {
     fn gemm_tuning_file_reuses_algorithms() {
         if let Some(d) = device() {
             let index = d.index;
-            crate::suite::check_gemm_tuning_file_reuses_algorithms::<Backend>(&d, move || {
-                burn_lowp::backend::cublaslt::reset_gemm_plans(index).unwrap()
+            crate::gemm::check_gemm_tuning_file_reuses_algorithms::<Backend>(&d, move || {
+                burn_lowp::backend::cuda::cublaslt::reset_gemm_plans(index).unwrap()
             });
         }
     }
@@ -107,7 +117,7 @@ mod cuda {
     #[test]
     fn cublaslt_is_ordered_against_cubecl_without_host_sync() {
         if let Some(d) = device() {
-            crate::suite::check_stream_ordering::<Backend>(&d);
+            crate::gemm::check_stream_ordering::<Backend>(&d);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! CUDA: the small MLP of `modules/suite.rs` trained under every recipe file on a BF16
+//! CUDA: the small MLP of `modules/linear.rs` trained under every recipe file on a BF16
 //! `CubeBackend` (BF16 parameters and activations, f32 scales and amaxes), which is how models
 //! train on a GPU. Its own test binary because Burn keeps default dtypes per device, not per
 //! backend type: in one process, the first backend to touch CUDA device 0 decides the float
@@ -10,6 +10,10 @@ mod common;
 #[path = "modules/suite.rs"]
 mod suite;
 
+#[allow(dead_code, unused_imports)]
+#[path = "modules/linear.rs"]
+mod linear;
+
 #[cfg(feature = "cuda")]
 mod cuda {
     use burn_cubecl::CubeBackend;
@@ -20,7 +24,7 @@ mod cuda {
     #[test]
     fn a_small_bf16_mlp_learns_under_every_recipe_file() {
         if let Some(d) = crate::common::cuda_device() {
-            crate::suite::check_mlp_learns_under_every_recipe::<Bf16Backend>(&d);
+            crate::linear::check_mlp_learns_under_every_recipe::<Bf16Backend>(&d);
         }
     }
 }

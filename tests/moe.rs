@@ -13,7 +13,7 @@ use burn::module::Param;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::silu;
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
-use burn_lowp::backend::LowpBackend;
+use burn_lowp::backend::GroupedOps;
 use burn_lowp::moe::{
     combine, dispatch, expert_positions, token_routes, top_k, MoeLayerConfig, RouterConfig,
     ScoreFunction,
@@ -142,7 +142,7 @@ fn routing_sorts_assignments_by_expert_and_combine_inverts_dispatch() {
     // Packed order: expert 0 takes assignments 1, 2, 6, 9; expert 2: 3, 5, 8; expert 3: 0, 4, 7.
     assert_eq!(int1(position.clone()), vec![7, 0, 1, 4, 8, 5, 2, 9, 6, 3]);
     // Aligned: expert 0 at row 0, expert 2 at 128 (expert 1 empty), expert 3 at 256.
-    let layout = <B as LowpBackend>::group_layout(m_splits.into_primitive(), 10).unwrap();
+    let layout = <B as GroupedOps<B>>::grouped_layout(m_splits.into_primitive(), 10).unwrap();
     let routes = token_routes::<B>(position, &layout, 2).unwrap();
     let rows_of = [256usize, 0, 1, 128, 257, 129, 2, 258, 130, 3];
     let assignment_row = int1(Tensor::from_primitive(routes.assignment_row.clone()));

@@ -368,7 +368,7 @@ fn check_hybrid_equal_sides<B: LowpBackend>(device: &B::Device) {
         };
         for swizzle in [false, true] {
             let a = quantize::<B>(
-                B::float_from_host(&x, device),
+                B::bytes_float_from_host(&x, device),
                 &spec,
                 Usage::BOTH,
                 swizzle,
@@ -376,7 +376,7 @@ fn check_hybrid_equal_sides<B: LowpBackend>(device: &B::Device) {
             )
             .unwrap();
             let b = quantize::<B>(
-                B::float_from_host(&x, device),
+                B::bytes_float_from_host(&x, device),
                 &hybrid,
                 Usage::BOTH,
                 swizzle,
@@ -412,7 +412,7 @@ fn check_rowwise_dequantized_source<B: LowpBackend>(device: &B::Device) {
         columnwise_source: ColumnwiseSource::RowwiseDequantized,
     };
     let q = quantize::<B>(
-        B::float_from_host(&x, device),
+        B::bytes_float_from_host(&x, device),
         &hybrid,
         Usage::BOTH,
         false,
@@ -420,14 +420,14 @@ fn check_rowwise_dequantized_source<B: LowpBackend>(device: &B::Device) {
     )
     .unwrap();
     let rowwise = quantize::<B>(
-        B::float_from_host(&x, device),
+        B::bytes_float_from_host(&x, device),
         &row,
         Usage::ROWWISE,
         false,
         &call,
     )
     .unwrap();
-    let dequantized = B::lowp_dequantize(&rowwise, Direction::Rowwise).unwrap();
+    let dequantized = B::quantize_dequantize(&rowwise, Direction::Rowwise).unwrap();
     let expected = quantize::<B>(dequantized, &col, Usage::COLUMNWISE, false, &call).unwrap();
     let (Some(Storage::Quantized(got)), Some(Storage::Quantized(want))) =
         (&q.columnwise, &expected.columnwise)
@@ -444,7 +444,7 @@ fn check_rowwise_dequantized_source<B: LowpBackend>(device: &B::Device) {
     assert_eq!(got_row.to_host(), want_row.to_host());
     // And it differs from quantizing the original (the point of the option).
     let original = quantize::<B>(
-        B::float_from_host(&x, device),
+        B::bytes_float_from_host(&x, device),
         &col,
         Usage::COLUMNWISE,
         false,
@@ -463,7 +463,7 @@ fn check_identity_and_narrowing<B: LowpBackend>(device: &B::Device) {
     let x = input(32, 64, 8);
     let call = QuantizeCall::<B>::new(0);
     let q = quantize::<B>(
-        B::float_from_host(&x, device),
+        B::bytes_float_from_host(&x, device),
         &QuantizerSpec::Identity {
             dtype: IdentityDtype::F32,
         },
@@ -472,10 +472,10 @@ fn check_identity_and_narrowing<B: LowpBackend>(device: &B::Device) {
         &call,
     )
     .unwrap();
-    let back = common::read_f32::<B>(B::lowp_dequantize(&q, Direction::Columnwise).unwrap());
+    let back = common::read_f32::<B>(B::quantize_dequantize(&q, Direction::Columnwise).unwrap());
     assert_eq!(back, x.values, "identity keeps the tensor");
     let q = quantize::<B>(
-        B::float_from_host(&x, device),
+        B::bytes_float_from_host(&x, device),
         &QuantizerSpec::Mxfp8 {
             fp8: Fp8Format::E4M3,
             block_2d: false,
@@ -491,12 +491,12 @@ fn check_identity_and_narrowing<B: LowpBackend>(device: &B::Device) {
         narrowed.clone().narrow(Usage::ROWWISE).is_err(),
         "a dropped direction cannot come back"
     );
-    assert!(B::lowp_dequantize(&narrowed, Direction::Rowwise).is_err());
+    assert!(B::quantize_dequantize(&narrowed, Direction::Rowwise).is_err());
     assert_eq!(
-        B::lowp_dequantize(&narrowed, Direction::Columnwise)
+        B::quantize_dequantize(&narrowed, Direction::Columnwise)
             .map(common::read_f32::<B>)
             .unwrap(),
-        B::lowp_dequantize(&q, Direction::Columnwise)
+        B::quantize_dequantize(&q, Direction::Columnwise)
             .map(common::read_f32::<B>)
             .unwrap()
     );

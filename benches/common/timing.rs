@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use burn_lowp::backend::cublaslt::{queue_timing_mark, StreamMark};
+use burn_lowp::backend::cuda::cublaslt::{queue_timing_mark, StreamMark};
 
 use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
 use burn_lowp_kernels::cubecl::prelude::*;

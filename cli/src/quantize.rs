@@ -172,8 +172,8 @@ fn quantize_with<B: burn_lowp::backend::LowpBackend>(
     config: &FormatConfig,
     swizzled: bool,
 ) -> Result<HostQuantized> {
-    let tensor = B::float_from_host(x, device);
-    B::lowp_quantize(tensor, config, Usage::BOTH, swizzled)?.to_host()
+    let tensor = B::bytes_float_from_host(x, device);
+    B::quantize_tensor(tensor, config, Usage::BOTH, swizzled)?.to_host()
 }
 
 /// Adds one representation's fields (`<direction>_data`, `<direction>_scale`, ...) to `out`.

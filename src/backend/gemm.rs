@@ -1,7 +1,6 @@
-//! The three GEMMs of a linear layer and the generic way to run them: dequantize each operand's
-//! representation to f32 and multiply with the backend's matmul. That is the GEMM on wgpu and
-//! NdArray, and the emulation of MXFP8/NVFP4 on Hopper; CUDA runs FP8 and BF16 GEMMs through
-//! cuBLASLt instead (`cublaslt.rs`).
+//! The signature types of the GEMM ops (`GemmOps`): which GEMM of a linear layer runs
+//! (`GemmKind`), its options, a group of GEMMs that run together, the path a GEMM took, how FP8
+//! per-tensor GEMMs accumulate (`SplitAccumulator`), and a batched product's transposes.
 
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape};
@@ -9,7 +8,7 @@ use burn::tensor::{FloatDType, Shape};
 use super::LowpBackend;
 use crate::error::{LowpError, Result};
 use crate::format::Direction;
-use crate::quant::{QuantizedTensor, Storage};
+use crate::backend::quantized::QuantizedTensor;
 
 /// Which GEMM of a linear layer (TE `general_gemm` layouts):
 /// * `Fprop`: `Y[M,N] = X[M,K] · W[N,K]ᵀ` with X rowwise and W rowwise;
@@ -35,7 +34,7 @@ impl GemmKind {
     /// Whether an FP8 per-tensor GEMM of this kind uses the split accumulator: `asked`
     /// (`GemmOptions::split_accumulator`), else TE's default (fprop fast, dgrad and wgrad split).
     pub fn split_accumulator(self, asked: Option<bool>) -> bool {
-        asked.unwrap_or_else(|| crate::recipe::SplitAccumulator::default().of(self))
+        asked.unwrap_or_else(|| SplitAccumulator::default().of(self))
     }
 
     /// Output shape for operands of logical shapes `a` and `b`, or an error if they do not fit.
@@ -98,7 +97,7 @@ pub(crate) fn check_bias<B: LowpBackend>(bias: &FloatTensor<B>, cols: usize) -> 
     Ok(())
 }
 
-/// One GEMM of a group that runs together (`LowpBackend::lowp_gemm_group`).
+/// One GEMM of a group that runs together (`GemmOps::gemm_group`).
 pub struct GemmCall<'a, B: LowpBackend> {
     pub kind: GemmKind,
     pub a: &'a QuantizedTensor<B>,
@@ -121,57 +120,65 @@ pub enum GemmPath {
     EmulatedBf16,
 }
 
-/// An operand as an f32 `[rows, cols]` tensor (its logical layout) from `direction`.
-fn operand<B: LowpBackend>(
-    q: &QuantizedTensor<B>,
-    direction: Direction,
-    dtype: FloatDType,
-) -> Result<FloatTensor<B>> {
-    let t = match q.require(direction)? {
-        Storage::HighPrecision(t) => B::float_reshape(t.clone(), Shape::new([q.rows, q.cols])),
-        Storage::Quantized(_) => B::lowp_dequantize(q, direction)?,
-    };
-    Ok(
-        if burn::tensor::TensorMetadata::dtype(&t) == burn::tensor::DType::from(dtype) {
-            t
-        } else {
-            B::float_cast(t, dtype)
-        },
-    )
+/// Which operands enter the product transposed: `a` stored `[batch, k, m]` for `Aᵀ`, `b` stored
+/// `[batch, n, k]` for `Bᵀ`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Transposes {
+    pub a: bool,
+    pub b: bool,
 }
 
-/// `kind` on `a` and `b` by dequantizing to `compute` dtype and multiplying with the backend's
-/// matmul, then casting to `options.out_dtype` and adding `options.accumulate` and `options.bias`.
-pub fn dequantize_matmul<B: LowpBackend>(
-    kind: GemmKind,
-    a: &QuantizedTensor<B>,
-    b: &QuantizedTensor<B>,
-    compute: FloatDType,
-    options: GemmOptions<B>,
-) -> Result<FloatTensor<B>> {
-    let out_shape = kind.output_shape([a.rows, a.cols], [b.rows, b.cols])?;
-    let (da, db) = kind.directions();
-    let (a, b) = (operand(a, da, compute)?, operand(b, db, compute)?);
-    let product = match kind {
-        GemmKind::Fprop => B::float_matmul(a, B::float_transpose(b)),
-        GemmKind::Dgrad => B::float_matmul(a, b),
-        GemmKind::Wgrad => B::float_matmul(B::float_transpose(a), b),
+/// `(batch, m, k, n)` of `op(a) · op(b)` for `a`, `b` of rank 3, or an error naming both shapes.
+pub fn batched_dims(a: &Shape, b: &Shape, t: Transposes) -> Result<(usize, usize, usize, usize)> {
+    let (da, db) = (a.as_slice(), b.as_slice());
+    let bad = |rule: &str| {
+        Err(LowpError::shape(
+            "batched matmul operands",
+            format!("a {da:?}, b {db:?} (transposed: a {}, b {})", t.a, t.b),
+            rule.to_string(),
+        ))
     };
-    let mut out = B::float_cast(product, options.out_dtype);
-    if let Some(c) = options.accumulate {
-        let c_shape = burn::tensor::TensorMetadata::shape(&c);
-        if c_shape.as_slice() != out_shape {
-            return Err(LowpError::shape(
-                "accumulate",
-                format!("{:?}", c_shape.as_slice()),
-                format!("the GEMM output is {out_shape:?}"),
-            ));
+    let (&[ba, a0, a1], &[bb, b0, b1]) = (da, db) else {
+        return bad("both operands are [batch, rows, cols]");
+    };
+    if ba != bb {
+        return bad("both operands have the same batch");
+    }
+    let (m, ka) = if t.a { (a1, a0) } else { (a0, a1) };
+    let (kb, n) = if t.b { (b1, b0) } else { (b0, b1) };
+    if ka != kb {
+        return bad("op(a)'s columns equal op(b)'s rows");
+    }
+    Ok((ba, m, ka, n))
+}
+
+/// Whether each GEMM of a module accumulates FP8 per-tensor products with the split
+/// accumulator (what a recipe's `fp8_gemm_*` fields resolve to; other formats ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitAccumulator {
+    pub fprop: bool,
+    pub dgrad: bool,
+    pub wgrad: bool,
+}
+
+impl Default for SplitAccumulator {
+    /// TE's module defaults (`_2X_ACC_FPROP = False`, `_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`).
+    fn default() -> Self {
+        SplitAccumulator {
+            fprop: false,
+            dgrad: true,
+            wgrad: true,
         }
-        out = B::float_add(out, B::float_cast(c, options.out_dtype));
     }
-    if let Some(bias) = options.bias {
-        check_bias::<B>(&bias, out_shape[1])?;
-        out = crate::ops::row_broadcast::add_bias_rows::<B>(out, B::float_cast(bias, options.out_dtype));
+}
+
+impl SplitAccumulator {
+    /// The setting of GEMM `kind`.
+    pub fn of(&self, kind: GemmKind) -> bool {
+        match kind {
+            GemmKind::Fprop => self.fprop,
+            GemmKind::Dgrad => self.dgrad,
+            GemmKind::Wgrad => self.wgrad,
+        }
     }
-    Ok(out)
 }

@@ -1,10 +1,10 @@
 //! Where a cuBLASLt GEMM's host time goes: per-phase wall-clock totals of the calls made while
-//! profiling is on, so that a benchmark can print what one `lowp_gemm` costs the CPU and in which
-//! step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
+//! profiling is on, so that a benchmark can print what one `gemm_quantized` costs the CPU and in
+//! which step (issue 12). Off by default; when off each phase costs one relaxed atomic load.
 //!
 //! Phases (`GemmPhase`), in the order one call runs them:
-//! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is
-//!   handed to CubeCL's device thread (`cuda_gemm::prepare`, output allocation);
+//! * `Prepare`: on the calling thread, operand layouts and scale rewrites before the GEMM is handed
+//!   to CubeCL's device thread (`cuda::gemm::prepare`, output allocation);
 //! * `ToDeviceThread`: from the task being queued to it starting on CubeCL's device thread
 //!   (queueing and wake-up);
 //! * `Signal` (`DeviceFlags` only): launching CubeCL's READY signal kernel;
@@ -16,7 +16,7 @@
 //! * `Done`: CubeCL's stream waiting for ours (an event, or the DONE write and CubeCL's DONE wait
 //!   kernel);
 //! * `FromDeviceThread`: from the task's end back to the calling thread;
-//! * `Call`: the whole `lowp_gemm` call, all of the above included.
+//! * `Call`: the whole `gemm_quantized` call, all of the above included.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;

@@ -6,7 +6,7 @@
 //! copy on its own thread) or by a resolver thread as soon as the copy arrives (`in_background`).
 //! Either way a caller can ask, without ever waiting, whether the host has the value already
 //! (`try_get`): the pointer-array grouped GEMM then runs exactly the chunks the splits fill
-//! instead of the host-known bound, and large groups may run per group (`cuda_grouped.rs`). With
+//! instead of the host-known bound, and large groups may run per group (`cuda::grouped`). With
 //! the resolver thread that is the case as soon as the GPU has written the copy; with
 //! first-reader resolution once something has read it (e.g. a wgrad) or, for a copy made with a
 //! probe (`pending_probed`: on CUDA a `cublaslt::StreamMark` after the copy), as soon as the

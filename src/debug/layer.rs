@@ -16,7 +16,7 @@ use super::session::{active, DebugSession, LaterRead, PendingStats, ScaleDecode,
 use super::stats::split_partials_by_group;
 use crate::backend::grouped::{HostCopy, HostGroups};
 use crate::deferred::Deferred;
-use crate::backend::{Groups, LowpBackend};
+use crate::backend::{Groups, LowpBackend, LowpTypes};
 use crate::format::grouped::group_ranges;
 use crate::error::{LowpError, Result};
 use crate::format::fp8_block::BlockShape;
@@ -319,7 +319,7 @@ impl LayerDebug {
                 match q.require(o.direction)? {
                     Storage::HighPrecision(_) => Ok(q.clone()),
                     Storage::Quantized(_) => Ok(high_precision(
-                        cast(Q::lowp_dequantize(q, o.direction)?),
+                        cast(Q::quantize_dequantize(q, o.direction)?),
                         q.rows,
                         q.cols,
                     )),
@@ -341,9 +341,9 @@ impl LayerDebug {
                         return dequantized();
                     };
                     let config = FormatConfig::Fp8Current(Fp8CurrentScaling::new(*fp8));
-                    let fq = Q::lowp_quantize(t.clone(), &config, Usage::ROWWISE, false)?;
+                    let fq = Q::quantize_tensor(t.clone(), &config, Usage::ROWWISE, false)?;
                     Ok(high_precision(
-                        cast(Q::lowp_dequantize(&fq, Direction::Rowwise)?),
+                        cast(Q::quantize_dequantize(&fq, Direction::Rowwise)?),
                         q.rows,
                         q.cols,
                     ))
@@ -460,7 +460,7 @@ impl LayerDebug {
             };
             let partials = match error_pass {
                 Some(p) => p,
-                None => Q::lowp_tensor_stats(self.data_view::<Q>(tensor, x.clone()), None, labels.clone())?,
+                None => Q::stats_tensor(self.data_view::<Q>(tensor, x.clone()), None, labels.clone())?,
             };
             self.add_read(batch, vec![partials], experts, None, to_stats(StatsRead::Tensor(l.stats.clone())));
             Ok(())
@@ -603,7 +603,7 @@ impl LayerDebug {
         // backends: no dequantized copy, no launches for the limit, both directions in one read
         // of x), bit-equal to the passes below.
         let grouped = experts.map(|e| (&e.groups, e.row_group.clone()));
-        if let Some(sets) = Q::lowp_quantization_stats(x.clone(), q, directions, grouped)? {
+        if let Some(sets) = Q::stats_quantization(x.clone(), q, directions, grouped)? {
             return Ok(storages.into_iter().zip(sets).map(|((d, _, scales), p)| (d, (p, scales))).collect());
         }
         let device = Q::float_device(&x);
@@ -612,18 +612,18 @@ impl LayerDebug {
         let mut out = Vec::new();
         for (direction, storage, scales) in storages {
             let dequantized = match experts {
-                Some(e) => Q::lowp_grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
-                None => Q::lowp_dequantize(q, direction)?,
+                Some(e) => Q::grouped_dequantize(q, direction, &e.groups, &e.row_group)?,
+                None => Q::quantize_dequantize(q, direction)?,
             };
             let limit = match (&storage.format, &storage.scales) {
                 (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-                    let scale_inv = Q::float_from_bytes(s, [1, limits]);
+                    let scale_inv = Q::bytes_as_float(s, [1, limits]);
                     Q::float_mul_scalar(scale_inv, fp8.max().into())
                 }
                 _ => infinite::<Q>(limits, &device),
             };
             let dequantized = self.data_view::<Q>(tensor, dequantized);
-            let partials = Q::lowp_tensor_stats(x.clone(), Some((dequantized, limit)), labels.clone())?;
+            let partials = Q::stats_tensor(x.clone(), Some((dequantized, limit)), labels.clone())?;
             out.push((direction, (partials, scales)));
         }
         Ok(out)
@@ -699,10 +699,10 @@ fn split_per_expert(read: LaterRead, split: &ExpertSplit) -> Result<Vec<Vec<Vec<
 }
 
 /// Statistics partials of a tensor against one quantized copy, and the copy's scale bytes.
-type ErrorPartials<Q> = (<Q as LowpBackend>::Bytes, Option<<Q as LowpBackend>::Bytes>);
+type ErrorPartials<Q> = (<Q as LowpTypes>::Bytes, Option<<Q as LowpTypes>::Bytes>);
 
 /// `[1, n]` infinite overflow limits (formats without delayed scaling's clipping).
 fn infinite<Q: LowpBackend>(n: usize, device: &Q::Device) -> FloatTensor<Q> {
     let bytes = f32::INFINITY.to_le_bytes().repeat(n);
-    Q::float_from_bytes(&Q::bytes_from_host(bytes, device), [1, n])
+    Q::bytes_as_float(&Q::bytes_from_host(bytes, device), [1, n])
 }

@@ -5,7 +5,7 @@
 //! is computed: one thread-local read per op.
 //!
 //! Statistics are computed on the device and copied to the host asynchronously
-//! (`LowpBackend::bytes_to_host_later`); `step()` hands those of earlier iterations (one step
+//! (`BytesOps::bytes_to_host_later`); `step()` hands those of earlier iterations (one step
 //! late, so the copies have landed and logging never stalls the GPU) to a logger thread
 //! (`stats_logger`), which reduces and writes them off the training thread, and `finish()` the
 //! rest, waiting until they are written.

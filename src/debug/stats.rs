@@ -2,12 +2,12 @@
 //! (`debug/features/utils/stats_computation.py`, AutoswitchGemm), and the tensor statistics of
 //! `LogTensorStats`.
 //!
-//! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles,
-//! one 1x32 block per unit) and folds them into records of 128x2048 elements; `tile_partials` and
-//! `record_partials` here are its reference, step for step in the same order (so sums, counts,
-//! minima and maxima agree; logarithms within the runtime's `ln`). `TensorStats` reduces the
-//! records in f64 and accumulates micro-batches by adding sums and counts (the same as TE's
-//! Welford merge, up to rounding).
+//! The device computes per-tile partials in one read (`burn_lowp_kernels::stats`, 32x32 tiles, one
+//! 1x32 block per unit) and folds them into records of 128x2048 elements; `tile_partials` and
+//! `record_partials` (beside the backend's `StatsOps`, whose default they are) are its reference,
+//! step for step in the same order (so sums, counts, minima and maxima agree; logarithms within the
+//! runtime's `ln`). `TensorStats` reduces the records in f64 and accumulates micro-batches by
+//! adding sums and counts (the same as TE's Welford merge, up to rounding).
 
 use crate::error::{LowpError, Result};
 pub use burn_lowp_kernels::stats::{
@@ -15,6 +15,8 @@ pub use burn_lowp_kernels::stats::{
     MIN_NONZERO_ABS, NONZERO, OVERFLOWS, RECORD_TILE_COLS, RECORD_TILE_ROWS, SQUARED_ERROR,
     STATS_TILE, STAT_FIELDS, SUM, SUM_SQUARES, UNDERFLOWS,
 };
+
+pub use crate::backend::ops::stats::{record_partials, tile_partials, RowLabels};
 
 use super::config::{QuantizedStat, TensorStat};
 
@@ -55,183 +57,6 @@ impl QuantizationError {
             mse: squared / n,
         })
     }
-}
-
-
-fn ln_range(amax: f32, min_nonzero: f32) -> f32 {
-    if amax > 0.0 {
-        amax.ln() - min_nonzero.ln()
-    } else {
-        0.0
-    }
-}
-
-fn tree_sum(values: &mut [f32; STATS_TILE]) -> f32 {
-    let mut stride = STATS_TILE / 2;
-    while stride > 0 {
-        for u in 0..stride {
-            values[u] += values[u + stride];
-        }
-        stride /= 2;
-    }
-    values[0]
-}
-
-fn tree_max(values: &[f32; STATS_TILE]) -> f32 {
-    values.iter().fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
-}
-
-/// Fields folded by sum, by min and by max (as the kernels' `cube_fold_fields`).
-const SUM_FIELDS: [usize; 8] = [NONZERO, SUM, SUM_SQUARES, ABS_SUM, UNDERFLOWS, SQUARED_ERROR, OVERFLOWS, ELEMENTS];
-const MIN_FIELDS: [usize; 3] = [MIN, MIN_NONZERO_ABS, GROUP];
-const MAX_FIELDS: [usize; 4] = [MAX, AMAX, MAX_LN_RANGE_1D, LN_RANGE_2D];
-
-/// A unit's empty accumulators (the kernels' `empty_fields`).
-fn empty_unit() -> [f32; STAT_FIELDS] {
-    let mut acc = [0.0f32; STAT_FIELDS];
-    for f in MIN_FIELDS {
-        acc[f] = f32::INFINITY;
-    }
-    acc[MAX] = f32::NEG_INFINITY;
-    acc
-}
-
-/// The cube's fold of its units' accumulators (the kernels' `cube_fold_fields`).
-fn fold_units(units: &[[f32; STAT_FIELDS]; STATS_TILE]) -> [f32; STAT_FIELDS] {
-    let field = |f: usize| -> [f32; STATS_TILE] { std::array::from_fn(|u| units[u][f]) };
-    let mut out = [0.0f32; STAT_FIELDS];
-    for f in SUM_FIELDS {
-        out[f] = tree_sum(&mut field(f));
-    }
-    for f in MIN_FIELDS {
-        out[f] = -tree_max(&field(f).map(|v| -v));
-    }
-    for f in MAX_FIELDS {
-        out[f] = tree_max(&field(f));
-    }
-    out
-}
-
-/// The groups of a grouped statistics input: the group of each row (`count` or more: a padding
-/// row, left out).
-#[derive(Debug, Clone, Copy)]
-pub struct RowLabels<'a> {
-    pub row_group: &'a [u32],
-    pub count: usize,
-}
-
-/// The per-tile partials the device kernel writes (`[tiles, STAT_FIELDS]`, tiles row-major), for
-/// `values [rows, cols]` and, with `error`, its dequantized copy and the overflow limits (one, or
-/// one per group with `labels`); with `labels`, each tile folds its labelled rows and names their
-/// group.
-pub fn tile_partials(
-    values: &[f32],
-    rows: usize,
-    cols: usize,
-    error: Option<(&[f32], &[f32])>,
-    labels: Option<RowLabels<'_>>,
-) -> Vec<f32> {
-    let groups = labels.map_or(1, |l| l.count);
-    let tile_cols = cols.div_ceil(STATS_TILE);
-    let tiles = rows.div_ceil(STATS_TILE) * tile_cols;
-    let mut out = vec![0.0f32; tiles * STAT_FIELDS];
-    for tile in 0..tiles {
-        let first = (tile % tile_cols) * STATS_TILE;
-        let end = (first + STATS_TILE).min(cols);
-        let mut units = [empty_unit(); STATS_TILE];
-        for (u, acc) in units.iter_mut().enumerate() {
-            let row = (tile / tile_cols) * STATS_TILE + u;
-            let group = match (row < rows, labels) {
-                (false, _) => groups,
-                (true, None) => 0,
-                (true, Some(l)) => l.row_group[row] as usize,
-            };
-            acc[GROUP] = group as f32;
-            if group < groups {
-                acc[ELEMENTS] = (end - first) as f32;
-                for c in first..end {
-                    let v = values[row * cols + c];
-                    if v != 0.0 {
-                        acc[NONZERO] += 1.0;
-                    }
-                    acc[SUM] += v;
-                    acc[SUM_SQUARES] += v * v;
-                    let a = v.abs();
-                    acc[ABS_SUM] += a;
-                    if v < acc[MIN] {
-                        acc[MIN] = v;
-                    }
-                    if v > acc[MAX] {
-                        acc[MAX] = v;
-                    }
-                    if a > acc[AMAX] {
-                        acc[AMAX] = a;
-                    }
-                    if a > 0.0 && a < acc[MIN_NONZERO_ABS] {
-                        acc[MIN_NONZERO_ABS] = a;
-                    }
-                    if let Some((dq, limits)) = error {
-                        let limit = limits[group];
-                        let d = dq[row * cols + c];
-                        if v != 0.0 && d == 0.0 {
-                            acc[UNDERFLOWS] += 1.0;
-                        }
-                        let e2 = (v - d) * (v - d);
-                        if e2 < f32::INFINITY {
-                            acc[SQUARED_ERROR] += e2;
-                        }
-                        if a > limit {
-                            acc[OVERFLOWS] += 1.0;
-                        }
-                    }
-                }
-            }
-            acc[MAX_LN_RANGE_1D] = ln_range(acc[AMAX], acc[MIN_NONZERO_ABS]);
-        }
-        let mut t = fold_units(&units);
-        t[LN_RANGE_2D] = ln_range(t[AMAX], t[MIN_NONZERO_ABS]);
-        out[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS].copy_from_slice(&t);
-    }
-    out
-}
-
-/// The records the device folds `tiles` (`tile_partials` of a `[rows, cols]` tensor) into, in
-/// the kernel's order: per record of up to `RECORD_TILE_ROWS x RECORD_TILE_COLS` tiles, unit u of
-/// 32 folds the record's tiles u, u + 32, ... (row-major within the record), then the units'
-/// sums meet in `cube_sum`'s tree.
-pub fn record_partials(tiles: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let (tile_rows, tile_cols) = (rows.div_ceil(STATS_TILE), cols.div_ceil(STATS_TILE));
-    let record_cols = tile_cols.div_ceil(RECORD_TILE_COLS);
-    let records = stats_records(rows, cols);
-    let mut out = vec![0.0f32; records * STAT_FIELDS];
-    for record in 0..records {
-        let first_row = (record / record_cols) * RECORD_TILE_ROWS;
-        let first_col = (record % record_cols) * RECORD_TILE_COLS;
-        let span_rows = RECORD_TILE_ROWS.min(tile_rows - first_row);
-        let span_cols = RECORD_TILE_COLS.min(tile_cols - first_col);
-        let mut units = [empty_unit(); STATS_TILE];
-        for (u, acc) in units.iter_mut().enumerate() {
-            for i in (u..span_rows * span_cols).step_by(STATS_TILE) {
-                let tile = (first_row + i / span_cols) * tile_cols + first_col + i % span_cols;
-                let t = &tiles[tile * STAT_FIELDS..(tile + 1) * STAT_FIELDS];
-                for f in SUM_FIELDS {
-                    acc[f] += t[f];
-                }
-                for f in MIN_FIELDS {
-                    if t[f] < acc[f] {
-                        acc[f] = t[f];
-                    }
-                }
-                for f in MAX_FIELDS {
-                    if t[f] > acc[f] {
-                        acc[f] = t[f];
-                    }
-                }
-            }
-        }
-        out[record * STAT_FIELDS..(record + 1) * STAT_FIELDS].copy_from_slice(&fold_units(&units));
-    }
-    out
 }
 
 /// f32 partials from their little-endian bytes.

@@ -26,13 +26,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LowpError;
 use crate::nn::fused::{self, Transposes};
-use crate::ops::row_reduce::{reduce_rows, RowReduction};
+use crate::backend::ops::rows::{reduce_rows, RowReduction};
 use crate::ops::token_routing::{expert_positions, top_k};
 use crate::ops::LowpLinear;
 use crate::quant::state_tensor::OptionalState;
 use crate::quant::StateTensor;
 
-/// Rows per block of the router's column sums (`ops::row_reduce`).
+/// Rows per block of the router's column sums (`backend::ops::rows`).
 const REDUCE_BLOCK: usize = 64;
 
 /// How the router turns logits into scores.

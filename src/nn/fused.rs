@@ -14,10 +14,13 @@
 use burn::nn::{Embedding, RmsNorm, RotaryEncoding};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorCreationOptions, TensorPrimitive};
 
-use crate::backend::norm_act::NormSpec;
+use crate::backend::NormSpec;
 use crate::error::{LowpError, Result};
 pub use crate::ops::batched_matmul::Transposes;
-use crate::ops::{Activation, ActivationParams, ActivationSpec, LowpLinear, RopePositions};
+use crate::ops::{
+    Activation, ActivationParams, ActivationSpec, BatchedMatmulOp, CausalSoftmaxOp, LowpLinear,
+    RopeOp, RopePositions,
+};
 
 /// `norm.forward(x)` for Burn's `RmsNorm` on `x [rows, d_model]`: `x / rms(x) · γ`, the mean of
 /// squares and the product with γ in f32, rounded once to x's dtype (Burn's op rounds `rms` to
@@ -59,10 +62,12 @@ pub fn swiglu<B: LowpLinear>(h: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
 /// x's dtype (Burn rounds each product to x's dtype first).
 pub fn rope<B: LowpLinear>(rope: &RotaryEncoding<B>, x: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
     let [batch, heads, seq, head] = x.dims();
-    let y = B::lowp_rope(
-        x.reshape([batch * heads * seq, head]).into_primitive().tensor(),
-        rope.freq_complex.clone().into_primitive().tensor(),
-        RopePositions { seq, start: 0 },
+    let y = B::lowp_differentiable(
+        [x.reshape([batch * heads * seq, head]).into_primitive().tensor()],
+        RopeOp {
+            freq: B::to_quant(rope.freq_complex.clone().into_primitive().tensor()),
+            positions: RopePositions { seq, start: 0 },
+        },
     )?;
     let y: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(y));
     Ok(y.reshape([batch, heads, seq, head]))
@@ -76,10 +81,9 @@ pub fn batched_matmul<B: LowpLinear>(
     b: Tensor<B, 3>,
     t: Transposes,
 ) -> Result<Tensor<B, 3>> {
-    let c = B::lowp_batched_matmul(
-        a.into_primitive().tensor(),
-        b.into_primitive().tensor(),
-        t,
+    let c = B::lowp_differentiable(
+        [a.into_primitive().tensor(), b.into_primitive().tensor()],
+        BatchedMatmulOp { transposes: t },
     )?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(c)))
 }
@@ -179,7 +183,7 @@ pub fn causal_attention<B: LowpLinear>(
         Transposes { a: false, b: true },
     )?
     .reshape([batch * heads * seq, seq]);
-    let p = B::lowp_causal_softmax(scores.into_primitive().tensor(), scale)?;
+    let p = B::lowp_differentiable([scores.into_primitive().tensor()], CausalSoftmaxOp { scale })?;
     let p: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(p));
     let o = batched_matmul(
         p.reshape([batch * heads, seq, seq]),

@@ -22,7 +22,7 @@ use super::lowp_state::LowpState;
 use super::weight_cache::WeightCache;
 use crate::backend::NormSpec;
 use crate::error::LowpError;
-use crate::ops::activation::{Activation, ActivationParams, ActivationSpec};
+use crate::ops::{Activation, ActivationParams, ActivationSpec};
 use crate::ops::layernorm_mlp::{MlpInputs, MlpOp, MlpWgrad, PendingMlpWgrad};
 use crate::ops::LowpLinear;
 use crate::quant::QuantizedTensor;

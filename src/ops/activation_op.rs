@@ -1,7 +1,7 @@
-//! An activation of TE's set (`ops::activation`: gelu, swiglu, ...) on `h [rows, F']` as one
-//! differentiable op: one pass forward (`LowpBackend::lowp_activation_forward`; gated activations
+//! An activation of TE's set (`backend::activation`: gelu, swiglu, ...) on `h [rows, F']` as one
+//! differentiable op: one pass forward (`ActivationOps::act_forward`; gated activations
 //! read both halves of `h` and write `[rows, F' / 2]`) and one backward
-//! (`lowp_activation_backward`: `dh` from `dy` and `h`), the CubeCL activation kernels on CubeCL
+//! (`act_backward`: `dh` from `dy` and `h`), the CubeCL activation kernels on CubeCL
 //! backends. SwiGLU from Burn tensor ops is two slices, a sigmoid, two products forward and about
 //! ten kernels backward (the slices' gradients are zero tensors with a slice written into each).
 
@@ -13,7 +13,7 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
-use super::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
 
@@ -43,7 +43,7 @@ pub fn activation_rows<B: LowpBackend>(
     spec: &ActivationSpec,
 ) -> Result<FloatTensor<B>> {
     check::<B>(&h, spec)?;
-    Ok(B::lowp_activation_forward(h, spec, false)?.y)
+    Ok(B::act_forward(h, spec, false)?.y)
 }
 
 #[derive(Debug)]
@@ -57,9 +57,9 @@ impl<B: LowpBackend> Backward<B, 1> for ActivationRowsBackward {
         let (h, spec) = ops.state;
         let dy = grads.consume::<B>(&ops.node);
         if let Some(node) = node {
-            let dy = B::float_cast(dy, super::linear::gemm_dtype(h.dtype()));
+            let dy = B::float_cast(dy, super::lowp_linear::gemm_dtype(h.dtype()));
             // Shapes were checked in forward; a failure here is a bug, not user input.
-            let dh = B::lowp_activation_backward(dy, h, &spec, false, false)
+            let dh = B::act_backward(dy, h, &spec, false, false)
                 .expect("activation backward")
                 .y;
             grads.register::<B>(node.id, dh);

@@ -13,110 +13,15 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::Shape;
 
-pub use burn_lowp_kernels::heads::HeadLayout;
+pub use crate::backend::attention::HeadLayout;
+use crate::backend::ops::attention::check_rows;
+pub use crate::backend::ops::attention::{merge_heads_reference, split_heads_reference};
 
 use super::batched_matmul::{grad_a, grad_b, Transposes};
-use super::RopePositions;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-
-fn float<B: LowpBackend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-/// Checks token rows `[batch · seq, parts · heads · head]` against `layout`.
-pub(crate) fn check_rows<B: LowpBackend>(x: &FloatTensor<B>, layout: &HeadLayout) -> Result<()> {
-    let dims = x.shape().as_slice().to_vec();
-    let want = [layout.batch * layout.seq, layout.parts * layout.heads * layout.head];
-    if dims != want || layout.head % 2 != 0 || !(1..=3).contains(&layout.parts) || layout.rope_parts > layout.parts {
-        return Err(LowpError::shape(
-            "attention rows",
-            format!("{dims:?} for {layout:?}"),
-            format!("token rows {want:?}: batch · seq rows of parts (1 to 3) · heads · head columns, an even head"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the parts `[batch · heads, seq, head]` of one dtype against `layout`.
-pub(crate) fn check_parts<B: LowpBackend>(parts: &[FloatTensor<B>], layout: &HeadLayout) -> Result<()> {
-    let want = [layout.batch * layout.heads, layout.seq, layout.head];
-    let dtype = parts.first().map(|p| p.dtype());
-    let bad = parts.iter().find(|p| p.shape().as_slice() != want || Some(p.dtype()) != dtype);
-    if parts.len() != layout.parts || bad.is_some() || layout.head % 2 != 0 || layout.rope_parts > layout.parts {
-        return Err(LowpError::shape(
-            "attention heads",
-            format!(
-                "{:?} for {layout:?}",
-                parts.iter().map(|p| (p.shape().as_slice().to_vec(), p.dtype())).collect::<Vec<_>>()
-            ),
-            format!("{} parts {want:?} of one dtype", layout.parts),
-        ));
-    }
-    Ok(())
-}
-
-/// The reference of `LowpBackend::lowp_split_heads` with Burn ops (the default): the rows as
-/// `[batch, parts · heads, seq, head]`, each part narrowed out and copied, the first
-/// `rope_parts` through `lowp_rope`.
-pub fn split_heads_reference<B: LowpBackend>(
-    x: FloatTensor<B>,
-    freq: Option<FloatTensor<B>>,
-    layout: HeadLayout,
-) -> Result<Vec<FloatTensor<B>>> {
-    check_rows::<B>(&x, &layout)?;
-    let HeadLayout { batch, seq, heads, head, parts, rope_parts } = layout;
-    let t = float::<B, 2>(x).reshape([batch, seq, parts * heads, head]).swap_dims(1, 2);
-    (0..parts)
-        .map(|p| {
-            let part = t.clone().narrow(1, p * heads, heads).reshape([batch * heads * seq, head]);
-            let part = part.into_primitive().tensor();
-            let part = match (&freq, p < rope_parts) {
-                (Some(freq), true) => B::lowp_rope(part, freq.clone(), RopePositions { seq, start: 0 }, false)?,
-                (None, true) => return Err(missing_freq(&layout)),
-                (_, false) => part,
-            };
-            Ok(B::float_reshape(part, Shape::new([batch * heads, seq, head])))
-        })
-        .collect()
-}
-
-/// The reference of `LowpBackend::lowp_merge_heads` with Burn ops (the default): each part
-/// (the first `rope_parts` through `lowp_rope`'s inverse) as `[batch, heads, seq, head]`,
-/// concatenated, swapped back and reshaped to token rows.
-pub fn merge_heads_reference<B: LowpBackend>(
-    parts: Vec<FloatTensor<B>>,
-    freq: Option<FloatTensor<B>>,
-    layout: HeadLayout,
-) -> Result<FloatTensor<B>> {
-    check_parts::<B>(&parts, &layout)?;
-    let HeadLayout { batch, seq, heads, head, parts: count, rope_parts } = layout;
-    let parts = parts
-        .into_iter()
-        .enumerate()
-        .map(|(p, part)| {
-            let rows = B::float_reshape(part, Shape::new([batch * heads * seq, head]));
-            let rows = match (&freq, p < rope_parts) {
-                (Some(freq), true) => B::lowp_rope(rows, freq.clone(), RopePositions { seq, start: 0 }, true)?,
-                (None, true) => return Err(missing_freq(&layout)),
-                (_, false) => rows,
-            };
-            Ok(float::<B, 2>(rows).reshape([batch, heads, seq, head]))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let t = Tensor::cat(parts, 1).swap_dims(1, 2).reshape([batch * seq, count * heads * head]);
-    Ok(t.into_primitive().tensor())
-}
-
-fn missing_freq(layout: &HeadLayout) -> LowpError {
-    LowpError::invalid(
-        "attention heads",
-        format!("{layout:?} without frequencies"),
-        "rotated parts need RoPE's frequency table",
-    )
-}
 
 /// What backward keeps: the heads (q and k rotated), the softmax output `[batch · heads · seq,
 /// seq]`, the frequencies and the shape.
@@ -154,16 +59,16 @@ pub fn causal_self_attention_rows<B: LowpBackend>(
     }
     check_rows::<B>(&qkv, &layout)?;
     let HeadLayout { batch, seq, heads, .. } = layout;
-    let [q, k, v]: [FloatTensor<B>; 3] = B::lowp_split_heads(qkv, Some(freq.clone()), layout)?
+    let [q, k, v]: [FloatTensor<B>; 3] = B::attention_split_heads(qkv, Some(freq.clone()), layout)?
         .try_into()
         .map_err(|_| LowpError::invalid("self-attention", "split", "three parts"))?;
-    let scores = B::lowp_batched_matmul(q.clone(), k.clone(), Transposes { a: false, b: true })?;
+    let scores = B::gemm_batched(q.clone(), k.clone(), Transposes { a: false, b: true })?;
     let scores = B::float_reshape(scores, Shape::new([batch * heads * seq, seq]));
-    let p = B::lowp_causal_softmax(scores, scale)?;
+    let p = B::attention_causal_softmax(scores, scale)?;
     let p3 = B::float_reshape(p.clone(), Shape::new([batch * heads, seq, seq]));
-    let o = B::lowp_batched_matmul(p3, v.clone(), Transposes::default())?;
+    let o = B::gemm_batched(p3, v.clone(), Transposes::default())?;
     let out_layout = HeadLayout { parts: 1, rope_parts: 0, ..layout };
-    let out = B::lowp_merge_heads(vec![o], None, out_layout)?;
+    let out = B::attention_merge_heads(vec![o], None, out_layout)?;
     Ok((out, SelfAttentionSaved { q, k, v, p, freq, layout, scale }))
 }
 
@@ -175,7 +80,7 @@ pub fn causal_self_attention_backward<B: LowpBackend>(
     let SelfAttentionSaved { q, k, v, p, freq, layout, scale } = saved;
     let HeadLayout { batch, seq, heads, .. } = layout;
     let out_layout = HeadLayout { parts: 1, rope_parts: 0, ..layout };
-    let [d_o]: [FloatTensor<B>; 1] = B::lowp_split_heads(dy, None, out_layout)?
+    let [d_o]: [FloatTensor<B>; 1] = B::attention_split_heads(dy, None, out_layout)?
         .try_into()
         .map_err(|_| LowpError::invalid("self-attention", "split", "one part"))?;
     // The gradients of `o = p · v` and `scores = q · kᵀ`, as the batched products' own backward
@@ -185,12 +90,12 @@ pub fn causal_self_attention_backward<B: LowpBackend>(
     let dp = grad_a::<B>(v, d_o.clone(), plain);
     let dv = grad_b::<B>(p3, d_o, plain);
     let dp = B::float_reshape(dp, Shape::new([batch * heads * seq, seq]));
-    let ds = B::lowp_causal_softmax_backward(p, dp, scale)?;
+    let ds = B::attention_causal_softmax_backward(p, dp, scale)?;
     let ds = B::float_reshape(ds, Shape::new([batch * heads, seq, seq]));
     let qk = Transposes { a: false, b: true };
     let dq = grad_a::<B>(k, ds.clone(), qk);
     let dk = grad_b::<B>(q, ds, qk);
-    B::lowp_merge_heads(vec![dq, dk, dv], Some(freq), layout)
+    B::attention_merge_heads(vec![dq, dk, dv], Some(freq), layout)
 }
 
 #[derive(Debug)]

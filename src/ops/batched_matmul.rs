@@ -1,65 +1,19 @@
 //! Batched matrix products `C[i] = op(A[i]) · op(B[i])` as one differentiable op whose backward
-//! runs the same product with transpose flags (`LowpBackend::lowp_batched_matmul`): cuBLASLt's
+//! runs the same product with transpose flags (`GemmOps::gemm_batched`): cuBLASLt's
 //! strided batch on CUDA, Burn's matmul elsewhere. Attention's `Q·Kᵀ` and `P·V`, the router's
 //! f32 logits and the tied LM head use it: Burn's CubeCL matmul ran them at 10-20 TFLOP/s on an
 //! H100 (`[256, 256, 64]` per head, N = 8 router columns), a sixth of the MoE step's GPU time.
 //! A transposed operand is passed as stored (`[batch, k, m]` for `Aᵀ`), so neither direction
 //! copies a transpose.
 
-use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, TensorMetadata};
+use burn::tensor::TensorMetadata;
 
+pub use crate::backend::gemm::{batched_dims, Transposes};
+pub use crate::backend::ops::gemm::batched_matmul_reference;
+use super::differentiable::DifferentiableOp;
 use crate::backend::LowpBackend;
 use crate::error::{LowpError, Result};
-
-/// Which operands enter the product transposed: `a` stored `[batch, k, m]` for `Aᵀ`, `b` stored
-/// `[batch, n, k]` for `Bᵀ`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Transposes {
-    pub a: bool,
-    pub b: bool,
-}
-
-/// `(batch, m, k, n)` of `op(a) · op(b)` for `a`, `b` of rank 3, or an error naming both shapes.
-pub fn batched_dims(a: &Shape, b: &Shape, t: Transposes) -> Result<(usize, usize, usize, usize)> {
-    let (da, db) = (a.as_slice(), b.as_slice());
-    let bad = |rule: &str| {
-        Err(LowpError::shape(
-            "batched matmul operands",
-            format!("a {da:?}, b {db:?} (transposed: a {}, b {})", t.a, t.b),
-            rule.to_string(),
-        ))
-    };
-    let (&[ba, a0, a1], &[bb, b0, b1]) = (da, db) else {
-        return bad("both operands are [batch, rows, cols]");
-    };
-    if ba != bb {
-        return bad("both operands have the same batch");
-    }
-    let (m, ka) = if t.a { (a1, a0) } else { (a0, a1) };
-    let (kb, n) = if t.b { (b1, b0) } else { (b0, b1) };
-    if ka != kb {
-        return bad("op(a)'s columns equal op(b)'s rows");
-    }
-    Ok((ba, m, ka, n))
-}
-
-/// The product with Burn's ops (the default of `lowp_batched_matmul`).
-pub fn batched_matmul_reference<B: LowpBackend>(
-    a: FloatTensor<B>,
-    b: FloatTensor<B>,
-    t: Transposes,
-) -> Result<FloatTensor<B>> {
-    batched_dims(&a.shape(), &b.shape(), t)?;
-    let a = if t.a { B::float_swap_dims(a, 1, 2) } else { a };
-    let b = if t.b { B::float_swap_dims(b, 1, 2) } else { b };
-    Ok(B::float_matmul(a, b))
-}
 
 /// `op(a) · op(b)` for rank-3 `a`, `b` of one float dtype.
 pub fn batched_matmul<B: LowpBackend>(
@@ -75,7 +29,7 @@ pub fn batched_matmul<B: LowpBackend>(
             "both operands have one float dtype",
         ));
     }
-    B::lowp_batched_matmul(a, b, t)
+    B::gemm_batched(a, b, t)
 }
 
 /// The product again, in backward: shapes were checked in forward, so a failure is a bug.
@@ -103,43 +57,34 @@ pub(crate) fn grad_b<B: LowpBackend>(a: FloatTensor<B>, dc: FloatTensor<B>, t: T
     }
 }
 
+/// `op(a) · op(b)` as a differentiable op (`LowpLinear::lowp_differentiable`): backward keeps A
+/// when B's gradient is wanted and B when A's is.
 #[derive(Debug)]
-struct BatchedMatmulBackward;
-
-impl<B: LowpBackend> Backward<B, 2> for BatchedMatmulBackward {
-    /// A (kept when B's gradient is wanted), B (kept when A's is) and the flags.
-    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>, Transposes);
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_a, node_b] = ops.parents;
-        let (a, b, t) = ops.state;
-        let dc = grads.consume::<B>(&ops.node);
-        if let (Some(node), Some(b)) = (node_a, b) {
-            grads.register::<B>(node.id, grad_a::<B>(b, dc.clone(), t));
-        }
-        if let (Some(node), Some(a)) = (node_b, a) {
-            grads.register::<B>(node.id, grad_b::<B>(a, dc, t));
-        }
-    }
+pub struct BatchedMatmulOp {
+    pub transposes: Transposes,
 }
 
-/// `batched_matmul` on `Autodiff<B>`.
-pub fn batched_matmul_autodiff<B: LowpBackend, C: CheckpointStrategy>(
-    a: FloatTensor<Autodiff<B, C>>,
-    b: FloatTensor<Autodiff<B, C>>,
-    t: Transposes,
-) -> Result<FloatTensor<Autodiff<B, C>>> {
-    let c = batched_matmul::<B>(a.primitive.clone(), b.primitive.clone(), t)?;
-    let keep_a = b.is_tracked().then(|| a.primitive.clone());
-    let keep_b = a.is_tracked().then(|| b.primitive.clone());
-    Ok(
-        match BatchedMatmulBackward
-            .prepare::<C>([a.node.clone(), b.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((keep_a, keep_b, t), c),
-            OpsKind::UnTracked(prep) => prep.finish(c),
-        },
-    )
+impl<B: LowpBackend> DifferentiableOp<B, 2> for BatchedMatmulOp {
+    /// A, B and the flags.
+    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>, Transposes);
+
+    fn forward(
+        self,
+        [a, b]: [FloatTensor<B>; 2],
+        [track_a, track_b]: [bool; 2],
+    ) -> Result<(FloatTensor<B>, Self::State)> {
+        let t = self.transposes;
+        let c = batched_matmul::<B>(a.clone(), b.clone(), t)?;
+        Ok((c, (track_b.then_some(a), track_a.then_some(b), t)))
+    }
+
+    fn backward(
+        (a, b, t): Self::State,
+        dc: FloatTensor<B>,
+        [want_a, want_b]: [bool; 2],
+    ) -> [Option<FloatTensor<B>>; 2] {
+        let da = b.filter(|_| want_a).map(|b| grad_a::<B>(b, dc.clone(), t));
+        let db = a.filter(|_| want_b).map(|a| grad_b::<B>(a, dc, t));
+        [da, db]
+    }
 }

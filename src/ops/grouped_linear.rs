@@ -17,7 +17,9 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{FloatDType, TensorMetadata};
 
-use super::linear::{columnwise_only, debug_or_warn, gemm_dtype, AmaxSink};
+use super::linear::{columnwise_only, debug_or_warn};
+use super::lowp_linear::gemm_dtype;
+use super::operand::AmaxSink;
 
 use super::grouped_rows::{move_rows, RowMove};
 use crate::backend::grouped::check_packed_rows;
@@ -75,7 +77,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
 
     /// `quantize` of the packed token rows `x [layout.tokens, cols]` padded into `layout`'s
     /// aligned layout. FP8 per-tensor quantizers (current and delayed) read `x` through the
-    /// layout's row map (`LowpBackend::quantize_fp8_grouped_padded`: no padded copy); the other
+    /// layout's row map (`GroupedOps::grouped_quantize_fp8_padded`: no padded copy); the other
     /// formats pad first.
     pub fn quantize_padded(
         &self,
@@ -117,7 +119,7 @@ impl<Q: LowpBackend> GroupedQuantizer<Q> {
                 return self.quantize(move_rows(x, layout, RowMove::Pad), &layout.groups, usage);
             }
         };
-        let q = Q::quantize_fp8_grouped_padded(x, layout, scaling, usage, self.scaling)?;
+        let q = Q::grouped_quantize_fp8_padded(x, layout, scaling, usage, self.scaling)?;
         self.record_amax(&q, &layout.groups, usage)?;
         Ok(q)
     }
@@ -300,7 +302,7 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
             },
         )?,
     };
-    let (y, scales) = Q::lowp_grouped_gemm_unscaled(
+    let (y, scales) = Q::grouped_gemm_unscaled(
         GemmKind::Fprop,
         GroupedOperand {
             tensor: &qx,
@@ -332,8 +334,8 @@ pub(crate) fn grouped_forward<Q: LowpBackend>(
     Ok((y, qx, qw))
 }
 
-/// The rest of a grouped GEMM's output in one pass (`LowpBackend::lowp_group_epilogue`): the
-/// per-expert FP8 scales the GEMM left to its consumer (`lowp_grouped_gemm_unscaled`), the
+/// The rest of a grouped GEMM's output in one pass (`GroupedOps::grouped_epilogue`): the
+/// per-expert FP8 scales the GEMM left to its consumer (`grouped_gemm_unscaled`), the
 /// experts' biases and, for packed rows, the unpad.
 fn finish_output<Q: LowpBackend>(
     y: FloatTensor<Q>,
@@ -347,7 +349,7 @@ fn finish_output<Q: LowpBackend>(
         (None, None, None) => y,
         // (A bare unpad moves whole rows as words.)
         (None, None, Some(_)) => move_rows(y, layout, RowMove::Unpad),
-        (scales, bias, gather) => Q::lowp_group_epilogue(
+        (scales, bias, gather) => Q::grouped_epilogue(
             y,
             layout.row_group.clone(),
             GroupEpilogue {
@@ -364,7 +366,7 @@ pub fn run_wgrad<Q: LowpBackend>(
     pending: &PendingWgrad<Q>,
     accumulate: Option<FloatTensor<Q>>,
 ) -> Result<FloatTensor<Q>> {
-    Q::lowp_grouped_gemm(
+    Q::grouped_gemm(
         GemmKind::Wgrad,
         GroupedOperand {
             tensor: &pending.grad_output,
@@ -498,7 +500,7 @@ impl<Q: LowpBackend, const N: usize> Backward<Q, N> for GroupedLinearBackward {
             debug_or_warn(observed, "gradient statistics");
         }
         if let (Some(node), Some(w)) = (node_x, &saved.w_columnwise) {
-            let dx = Q::lowp_grouped_gemm_unscaled(
+            let dx = Q::grouped_gemm_unscaled(
                 GemmKind::Dgrad,
                 GroupedOperand {
                     tensor: &qdy,

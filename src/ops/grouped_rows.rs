@@ -9,76 +9,11 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
-use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{Int, Tensor, TensorCreationOptions, TensorPrimitive};
+use burn::tensor::ops::FloatTensor;
 
+pub use crate::backend::grouped::RowMove;
+pub use crate::backend::ops::grouped::{add_selected_bias, move_rows, select_rows_or_zero};
 use crate::backend::{GroupLayout, LowpBackend};
-
-/// Which way rows move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RowMove {
-    /// Packed `[tokens, cols]` to aligned `[rows, cols]` (padding rows zero).
-    Pad,
-    /// Aligned to packed (padding rows dropped).
-    Unpad,
-}
-
-impl RowMove {
-    fn reverse(self) -> RowMove {
-        match self {
-            RowMove::Pad => RowMove::Unpad,
-            RowMove::Unpad => RowMove::Pad,
-        }
-    }
-}
-
-fn tensor<B: LowpBackend>(t: FloatTensor<B>) -> Tensor<B, 2> {
-    Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-/// `t` with one zero row appended (what padding rows and the tail read).
-fn with_zero_row<B: LowpBackend>(t: Tensor<B, 2>) -> Tensor<B, 2> {
-    let [_, cols] = t.dims();
-    let zero = Tensor::zeros(
-        [1, cols],
-        TensorCreationOptions::new(t.device()).with_dtype(t.dtype()),
-    );
-    Tensor::cat(vec![t, zero], 0)
-}
-
-/// `LowpBackend::lowp_gather_rows` in Burn tensor ops: `t` with a zero row appended, then
-/// `select` (the default for backends without a row-gather kernel).
-/// Indices past the end read the zero row.
-pub fn select_rows_or_zero<B: LowpBackend>(t: FloatTensor<B>, index: IntTensor<B>) -> FloatTensor<B> {
-    let t = tensor::<B>(t);
-    let rows = t.dims()[0];
-    let index = Tensor::<B, 1, Int>::from_primitive(index).clamp_max(rows as i64);
-    with_zero_row(t).select(0, index).into_primitive().tensor()
-}
-
-/// Moves rows of `t` (any backend, no autodiff of its own).
-pub fn move_rows<B: LowpBackend>(
-    t: FloatTensor<B>,
-    layout: &GroupLayout<B>,
-    direction: RowMove,
-) -> FloatTensor<B> {
-    match direction {
-        // Aligned row r reads packed token aligned_to_packed[r] (`tokens`: a zero row).
-        RowMove::Pad => B::lowp_gather_rows(t, layout.aligned_to_packed.clone()),
-        RowMove::Unpad => B::lowp_gather_rows(t, layout.packed_to_aligned.clone()),
-    }
-}
-
-/// The bias add of `LowpBackend::lowp_group_epilogue` in Burn tensor ops: the per-row bias matrix (a zero row
-/// for groups past the bias's rows), then an add.
-pub fn add_selected_bias<B: LowpBackend>(
-    y: FloatTensor<B>,
-    bias: FloatTensor<B>,
-    row_group: IntTensor<B>,
-) -> FloatTensor<B> {
-    let rows_bias = tensor::<B>(select_rows_or_zero::<B>(bias, row_group));
-    (tensor::<B>(y) + rows_bias).into_primitive().tensor()
-}
 
 #[derive(Debug)]
 struct MoveRowsBackward;

@@ -28,11 +28,12 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, Shape, TensorMetadata};
 
-use super::activation::ActivationSpec;
+use crate::backend::activation::ActivationSpec;
 use super::linear::{
-    columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, gemm_dtype,
-    quantize_weight, DebugSaved, LinearOp, OperandQuantizer,
+    columnwise_only, debugged_dgrad_and_wgrad, dgrad_and_wgrad, fprop, DebugSaved, LinearOp,
 };
+use super::lowp_linear::gemm_dtype;
+use super::operand::{quantize_weight, OperandQuantizer};
 use crate::recipe::SplitAccumulator;
 use crate::backend::{float_dtype, GemmKind, GemmOptions, LowpBackend, NormSpec};
 use crate::error::{LowpError, Result};
@@ -65,7 +66,7 @@ pub struct PendingMlpWgrad<Q: LowpBackend> {
 
 impl<Q: LowpBackend> PendingMlpWgrad<Q> {
     pub fn run(&self) -> Result<FloatTensor<Q>> {
-        Q::lowp_gemm(
+        Q::gemm_quantized(
             GemmKind::Wgrad,
             &self.grad_output,
             &self.input,
@@ -223,7 +224,7 @@ fn forward<Q: LowpBackend>(
             let beta = inputs
                 .beta
                 .map(|b| Q::float_cast(b, float_dtype(inputs.x.dtype())));
-            let r = Q::lowp_norm_forward(
+            let r = Q::norm_forward(
                 inputs.x.clone(),
                 gamma.clone(),
                 beta,
@@ -281,7 +282,7 @@ fn forward<Q: LowpBackend>(
         Some(q_a) => (q_a, None),
         None => {
             let act =
-                Q::lowp_activation_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
+                Q::act_forward(h.clone(), &op.activation, op.fc2.input.takes_amax())?;
             let a_original = op.fc2.debug.as_ref().map(|_| act.y.clone());
             let q_a = op.fc2.input.quantize_with_amax(act.y, act.amax, a_usage)?;
             (q_a, a_original)
@@ -419,7 +420,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         let dy_amax = match &p[B2] {
             Some(node) => {
                 let (db2, amax) =
-                    Q::lowp_dbias_amax(dy.clone()).expect("dbias of dY [rows, hidden]");
+                    Q::act_dbias_amax(dy.clone()).expect("dbias of dY [rows, hidden]");
                 grads.register::<Q>(node.id, Q::float_cast(db2, saved.param_dtype));
                 amax
             }
@@ -447,7 +448,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
         };
         drop(q_dy);
         let h = saved.h.clone().expect("fc1 output saved");
-        let act = Q::lowp_activation_backward(
+        let act = Q::act_backward(
             da,
             h,
             &saved.activation,
@@ -490,7 +491,7 @@ impl<Q: LowpBackend> Backward<Q, 7> for LayerNormMlpBackward {
             Some((spec, x, gamma, mean, rstd)) => {
                 let x_dtype = x.dtype();
                 let dln = Q::float_cast(dln, float_dtype(x_dtype));
-                let nb = Q::lowp_norm_backward(dln, x, gamma, mean, rstd, &spec, saved.has_beta)
+                let nb = Q::norm_backward(dln, x, gamma, mean, rstd, &spec, saved.has_beta)
                     .expect("norm backward");
                 if let Some(node) = &p[X] {
                     grads.register::<Q>(node.id, nb.dx);

@@ -1,6 +1,6 @@
 //! Row normalization (RMSNorm, or LayerNorm without `β`, of `x [rows, cols]` with `γ`) as one
-//! differentiable op: one pass forward (`LowpBackend::lowp_norm_forward`, which keeps the
-//! per-row f32 `mean` / `rstd`) and one backward (`lowp_norm_backward`: dx and f32 dγ), the
+//! differentiable op: one pass forward (`NormOps::norm_forward`, which keeps the
+//! per-row f32 `mean` / `rstd`) and one backward (`norm_backward`: dx and f32 dγ), the
 //! CubeCL norm kernels on CubeCL backends. Burn's `RmsNorm` built from tensor ops launches about 7
 //! kernels forward and twice that backward; a model with 17 norms per micro-batch (the MoE
 //! example) pays that launch cost on the host every step.
@@ -17,9 +17,9 @@ use burn::backend::Autodiff;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{FloatDType, TensorMetadata};
 
-use crate::backend::norm_act::NormSpec;
+use crate::backend::NormSpec;
 use crate::backend::LowpBackend;
-use super::linear::gemm_dtype;
+use super::lowp_linear::gemm_dtype;
 use crate::error::{LowpError, Result};
 
 
@@ -49,7 +49,7 @@ fn forward<B: LowpBackend>(
     let x_dtype = gemm_dtype(x.dtype());
     let weight_dtype = gemm_dtype(gamma.dtype());
     let gamma = B::float_cast(gamma, x_dtype);
-    let r = B::lowp_norm_forward(x.clone(), gamma.clone(), None, spec, false)?;
+    let r = B::norm_forward(x.clone(), gamma.clone(), None, spec, false)?;
     let saved = NormSaved {
         spec: *spec,
         x,
@@ -93,7 +93,7 @@ impl<B: LowpBackend> Backward<B, 2> for NormRowsBackward {
         let dy = grads.consume::<B>(&ops.node);
         let dy = B::float_cast(dy, gemm_dtype(s.x.dtype()));
         // Shapes and dtypes were checked in forward; a failure here is a bug, not user input.
-        let nb = B::lowp_norm_backward(dy, s.x, s.gamma, s.mean, s.rstd, &s.spec, false)
+        let nb = B::norm_backward(dy, s.x, s.gamma, s.mean, s.rstd, &s.spec, false)
             .expect("norm backward");
         if let Some(node) = node_x {
             grads.register::<B>(node.id, nb.dx);
@@ -104,7 +104,7 @@ impl<B: LowpBackend> Backward<B, 2> for NormRowsBackward {
     }
 }
 
-/// `norm_rows` on `Autodiff<B>`: the backward pass is `lowp_norm_backward`. The forward output
+/// `norm_rows` on `Autodiff<B>`: the backward pass is `norm_backward`. The forward output
 /// is kept (compute-bound in Burn's checkpointing sense), never recomputed.
 pub fn norm_rows_autodiff<B: LowpBackend, C: CheckpointStrategy>(
     x: FloatTensor<Autodiff<B, C>>,

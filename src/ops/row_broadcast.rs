@@ -1,6 +1,6 @@
 //! Ops that broadcast a row vector over the rows of a matrix (a bias `Y + b`, LayerNorm's
 //! `X · γ`), with backward passes whose vector gradients (`Σ_rows ...`) run at memory speed
-//! (`row_reduce.rs`) rather than through Burn's backward of a broadcast, whose `sum_dim(0)`
+//! (`backend::ops::rows`) rather than through Burn's backward of a broadcast, whose `sum_dim(0)`
 //! took longer than the FP8 GEMMs of an 8192x8192 Linear step.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -12,31 +12,10 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use super::row_reduce::{reduce_rows, RowReduction};
-
-/// Rows summed per block in the first stage of `column_sum`.
-const BLOCK_ROWS: usize = 256;
+pub use crate::backend::ops::rows::{add_bias_rows, column_sum};
 
 fn tensor<B: Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
-}
-
-/// `Σ_rows t` of a `[rows, cols]` tensor, as `[cols]`. A BF16 sum is rounded twice (once per
-/// stage) instead of once.
-pub fn column_sum<B: Backend>(t: FloatTensor<B>) -> FloatTensor<B> {
-    let t = tensor::<B, 2>(t);
-    let cols = t.dims()[1];
-    reduce_rows(t, BLOCK_ROWS, RowReduction::Sum)
-        .reshape([cols])
-        .into_primitive()
-        .tensor()
-}
-
-/// `y + bias` broadcast over rows, on any backend (no autodiff of its own).
-pub fn add_bias_rows<B: Backend>(y: FloatTensor<B>, bias: FloatTensor<B>) -> FloatTensor<B> {
-    (tensor::<B, 2>(y) + tensor::<B, 1>(bias).unsqueeze::<2>())
-        .into_primitive()
-        .tensor()
 }
 
 #[derive(Debug)]

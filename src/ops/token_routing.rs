@@ -4,9 +4,10 @@
 //! `dispatch` (token rows into the aligned batch, one per assignment, zero padding) and
 //! `combine` (each token's k expert rows weighted by the router and summed in f32).
 //!
-//! The CubeCL kernels (`burn_lowp_kernels::token_routing`) do each step in one or a few
-//! launches; the `*_reference` functions here are the same steps in Burn tensor ops (some forty
-//! launches per layer on a GPU), the `LowpBackend` defaults for the other backends and the
+//! Each step is a backend op (`RoutingOps`): the CubeCL kernels
+//! (`burn_lowp_kernels::token_routing`) do each in one or a few launches; the `*_reference`
+//! functions beside the trait (`backend::ops::routing`) are the same steps in Burn tensor ops
+//! (some forty launches per layer on a GPU), the defaults for the other backends and the
 //! references the kernel tests compare against. Nothing reads the device on the host.
 //!
 //! Gradients: `dispatch`'s is a `combine` without weights (each token sums the rows it was
@@ -18,243 +19,27 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
-use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{
-    Bool, FloatDType, IndexingUpdateOp, Int, Tensor, TensorMetadata, TensorPrimitive,
-};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use super::grouped_rows::select_rows_or_zero;
 use super::LowpLinear;
-use crate::backend::{GroupLayout, LowpBackend};
+pub use crate::backend::ops::routing::{
+    combine_rows_backward_reference, combine_rows_reference, combine_weights_grad_reference,
+    expert_positions_reference, route_rows_reference, top_k_reference,
+};
+use crate::backend::ops::routing::check_combine;
+pub use crate::backend::routing::TokenRoutes;
+use crate::backend::{GroupLayout, LowpBackend, RoutingOps};
 use crate::error::{LowpError, Result};
-
-/// Where every assignment of a batch sits in the experts' aligned batch, and back.
-#[derive(Debug, Clone)]
-pub struct TokenRoutes<B: LowpBackend> {
-    pub tokens: usize,
-    pub top_k: usize,
-    /// Rows of the aligned batch.
-    pub rows: usize,
-    /// The aligned row of each assignment `[T·k]`.
-    pub assignment_row: IntTensor<B>,
-    /// The assignment of each aligned row, `T·k` for rows without one (padding, tail) `[rows]`.
-    pub row_assignment: IntTensor<B>,
-    /// The token of each aligned row, `T` for rows without one `[rows]`.
-    pub row_token: IntTensor<B>,
-}
 
 fn float<B: burn::tensor::backend::Backend, const D: usize>(t: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(t))
 }
 
-fn int<B: burn::tensor::backend::Backend, const D: usize>(t: IntTensor<B>) -> Tensor<B, D, Int> {
-    Tensor::from_primitive(t)
-}
-
-/// Checks `scores [T, E]` for a top-k choice; `(T, E)`.
-pub(crate) fn check_top_k<B: LowpBackend>(scores: &FloatTensor<B>, k: usize) -> Result<(usize, usize)> {
-    let dims = scores.shape().as_slice().to_vec();
-    match dims.as_slice() {
-        [tokens, experts] if *tokens >= 1 && k >= 1 && k <= *experts => Ok((*tokens, *experts)),
-        _ => Err(LowpError::shape(
-            "router scores",
-            format!("{dims:?} for top {k}"),
-            "top-k takes [tokens, experts] scores of at least one token and k between 1 and the number of experts",
-        )),
-    }
-}
-
-/// `LowpBackend::lowp_top_k` in Burn ops: k rounds of argmax, each masking out its choice.
-pub fn top_k_reference<B: LowpBackend>(scores: FloatTensor<B>, k: usize) -> Result<IntTensor<B>> {
-    let (tokens, experts) = check_top_k::<B>(&scores, k)?;
-    let scores = float::<B, 2>(scores).cast(FloatDType::F32);
-    let columns =
-        Tensor::<B, 1, Int>::arange(0..experts as i64, &scores.device()).reshape([1, experts]);
-    let mut remaining = scores;
-    let mut chosen = Vec::with_capacity(k);
-    for _ in 0..k {
-        let index = remaining.clone().argmax(1); // [T, 1]
-        let taken: Tensor<B, 2, Bool> = index
-            .clone()
-            .expand([tokens, experts])
-            .equal(columns.clone().expand([tokens, experts]));
-        remaining = remaining.mask_fill(taken, f32::NEG_INFINITY);
-        chosen.push(index);
-    }
-    Ok(Tensor::cat(chosen, 1).into_primitive())
-}
-
-/// `[n]` indices -> `[n, classes]` 0/1 Int rows.
-pub(crate) fn one_hot<B: burn::tensor::backend::Backend>(
-    index: Tensor<B, 1, Int>,
-    classes: usize,
-) -> Tensor<B, 2, Int> {
-    let [n] = index.dims();
-    let columns = Tensor::<B, 1, Int>::arange(0..classes as i64, &index.device())
-        .reshape([1, classes])
-        .expand([n, classes]);
-    index.reshape([n, 1]).expand([n, classes]).equal(columns).int()
-}
-
-/// Checks the experts of `n` assignments (`[n]`); `n`.
-pub(crate) fn check_assignments<B: LowpBackend>(expert: &IntTensor<B>, experts: usize) -> Result<usize> {
-    let dims = expert.shape().as_slice().to_vec();
-    match dims.as_slice() {
-        [n] if *n >= 1 && experts >= 1 => Ok(*n),
-        _ => Err(LowpError::shape(
-            "assignments' experts",
-            format!("{dims:?} for {experts} experts"),
-            "one expert index per assignment ([T·k], at least one) and at least one expert",
-        )),
-    }
-}
-
-/// `LowpBackend::lowp_expert_positions` in Burn ops, a counting sort: one-hot rows of the
-/// assignments' experts, their running sum down the assignments gives each one's rank within
-/// its expert, the exclusive running sum of the loads each expert's first position.
-pub fn expert_positions_reference<B: LowpBackend>(
-    expert: IntTensor<B>,
-    experts: usize,
-) -> Result<(IntTensor<B>, IntTensor<B>)> {
-    let n = check_assignments::<B>(&expert, experts)?;
-    let expert = int::<B, 1>(expert);
-    let hot = one_hot(expert.clone(), experts); // [n, E]
-    let m_splits = hot.clone().sum_dim(0).reshape([experts]);
-    let rank = (hot.clone().cumsum(0) - hot).gather(1, expert.clone().reshape([n, 1])).reshape([n]);
-    let first = m_splits.clone().cumsum(0) - m_splits.clone();
-    let position = first.select(0, expert) + rank;
-    Ok((m_splits.into_primitive(), position.into_primitive()))
-}
-
-/// `LowpBackend::lowp_route_rows` in Burn ops: the aligned row of every packed position, and
-/// the inverse of `position` (a scatter) read through the layout's row map.
-pub fn route_rows_reference<B: LowpBackend>(
-    position: IntTensor<B>,
-    layout: &GroupLayout<B>,
-    k: usize,
-) -> Result<TokenRoutes<B>> {
-    let n = check_routes::<B>(&position, layout, k)?;
-    let position = int::<B, 1>(position);
-    let device = position.device();
-    let assignment_row = int::<B, 1>(layout.packed_to_aligned.clone()).select(0, position.clone());
-    let ids = Tensor::<B, 1, Int>::arange(0..n as i64, &device);
-    let assignment_at = Tensor::<B, 1, Int>::zeros([n], &device).scatter(0, position, ids, IndexingUpdateOp::Add);
-    // Rows without a token read "one past the last packed position": n.
-    let assignment_at = Tensor::cat(vec![assignment_at, Tensor::full([1], n as i64, &device)], 0);
-    let row_assignment = assignment_at.select(0, int::<B, 1>(layout.aligned_to_packed.clone()).clamp_max(n as i64));
-    let row_token = row_assignment.clone().div_scalar(k as i64);
-    Ok(TokenRoutes {
-        tokens: n / k,
-        top_k: k,
-        rows: layout.rows(),
-        assignment_row: assignment_row.into_primitive(),
-        row_assignment: row_assignment.into_primitive(),
-        row_token: row_token.into_primitive(),
-    })
-}
-
-/// Checks `position [n]` against the layout (made for n packed tokens) and k; `n`.
-pub(crate) fn check_routes<B: LowpBackend>(position: &IntTensor<B>, layout: &GroupLayout<B>, k: usize) -> Result<usize> {
-    let dims = position.shape().as_slice().to_vec();
-    match dims.as_slice() {
-        [n] if k >= 1 && n % k == 0 && *n == layout.tokens => Ok(*n),
-        _ => Err(LowpError::shape(
-            "assignments' positions",
-            format!("{dims:?} with k = {k}, a layout of {} tokens", layout.tokens),
-            "one position per assignment of whole tokens, as many as the layout's packed tokens",
-        )),
-    }
-}
-
-/// Checks `y [rows, cols]` and `weights [T, k]` (when given) for a combine; `cols`.
-fn check_combine<B: LowpBackend>(
-    y: &FloatTensor<B>,
-    weights: Option<&FloatTensor<B>>,
-    routes: &TokenRoutes<B>,
-) -> Result<usize> {
-    let dims = y.shape().as_slice().to_vec();
-    let cols = match dims.as_slice() {
-        [rows, cols] if *rows == routes.rows => *cols,
-        _ => {
-            return Err(LowpError::shape(
-                "expert rows",
-                format!("{dims:?}"),
-                format!("combine takes the aligned batch [{}, cols]", routes.rows),
-            ))
-        }
-    };
-    if let Some(w) = weights {
-        let w_dims = w.shape().as_slice().to_vec();
-        if w_dims != [routes.tokens, routes.top_k] {
-            return Err(LowpError::shape(
-                "router weights",
-                format!("{w_dims:?}"),
-                format!("one weight per assignment, [{}, {}]", routes.tokens, routes.top_k),
-            ));
-        }
-    }
-    Ok(cols)
-}
-
-/// The rows of `t [rows, cols]` of every assignment, `[T·k, cols]` (zero where none), in f32.
-fn assignment_rows_f32<B: LowpBackend>(t: FloatTensor<B>, assignment_row: IntTensor<B>) -> Tensor<B, 2> {
-    float::<B, 2>(select_rows_or_zero::<B>(t, assignment_row)).cast(FloatDType::F32)
-}
-
-/// `LowpBackend::lowp_combine_rows` in Burn ops: `[T, cols]`, token t's rows weighted (f32)
-/// and summed over its k choices, rounded to y's dtype once.
-pub fn combine_rows_reference<B: LowpBackend>(
-    y: FloatTensor<B>,
-    weights: Option<FloatTensor<B>>,
-    routes: &TokenRoutes<B>,
-) -> Result<FloatTensor<B>> {
-    let cols = check_combine::<B>(&y, weights.as_ref(), routes)?;
-    let dtype = y.dtype();
-    let (tokens, k) = (routes.tokens, routes.top_k);
-    let mut rows = assignment_rows_f32::<B>(y, routes.assignment_row.clone());
-    if let Some(w) = weights {
-        rows = rows * float::<B, 2>(w).cast(FloatDType::F32).reshape([tokens * k, 1]);
-    }
-    let out = rows.reshape([tokens, k, cols]).sum_dim(1).reshape([tokens, cols]);
-    Ok(out.cast(dtype).into_primitive().tensor())
-}
-
-/// `LowpBackend::lowp_combine_rows_backward` in Burn ops: `[rows, cols]` in dout's dtype, row r
-/// holding assignment a of token t gets `w[a] · dout[t]`, rows without one zeros.
-pub fn combine_rows_backward_reference<B: LowpBackend>(
-    dout: FloatTensor<B>,
-    weights: Option<FloatTensor<B>>,
-    routes: &TokenRoutes<B>,
-) -> Result<FloatTensor<B>> {
-    let dtype = dout.dtype();
-    let rows = float::<B, 2>(select_rows_or_zero::<B>(dout, routes.row_token.clone()));
-    let Some(w) = weights else {
-        return Ok(rows.into_primitive().tensor());
-    };
-    let n = routes.tokens * routes.top_k;
-    let w = float::<B, 2>(w).cast(FloatDType::F32).reshape([n, 1]);
-    let w_rows = float::<B, 2>(select_rows_or_zero::<B>(w.into_primitive().tensor(), routes.row_assignment.clone()));
-    Ok((rows.cast(FloatDType::F32) * w_rows).cast(dtype).into_primitive().tensor())
-}
-
-/// `LowpBackend::lowp_combine_weights_grad` in Burn ops: f32 `[T, k]`, each assignment's row of
-/// `y` dotted with its token's row of `dout`.
-pub fn combine_weights_grad_reference<B: LowpBackend>(
-    dout: FloatTensor<B>,
-    y: FloatTensor<B>,
-    routes: &TokenRoutes<B>,
-) -> Result<FloatTensor<B>> {
-    let (tokens, k) = (routes.tokens, routes.top_k);
-    let rows = assignment_rows_f32::<B>(y, routes.assignment_row.clone());
-    let cols = rows.dims()[1];
-    let dout = float::<B, 2>(dout).cast(FloatDType::F32).reshape([tokens, 1, cols]).expand([tokens, k, cols]).reshape([tokens * k, cols]);
-    Ok((dout * rows).sum_dim(1).reshape([tokens, k]).into_primitive().tensor())
-}
-
 /// The experts chosen for each token, `[T, k]`, best first (ties to the lower expert), from
 /// scores `[T, E]`; no gradient.
 pub fn top_k<B: LowpLinear>(scores: Tensor<B, 2>, k: usize) -> Result<Tensor<B, 2, Int>> {
-    let index = B::Quant::lowp_top_k(B::to_quant(scores.into_primitive().tensor()), k)?;
+    let index = B::Quant::route_top_k(B::to_quant(scores.into_primitive().tensor()), k)?;
     Ok(Tensor::from_primitive(B::int_from_quant(index)))
 }
 
@@ -266,7 +51,7 @@ pub fn expert_positions<B: LowpLinear>(
 ) -> Result<(Tensor<B, 1, Int>, Tensor<B, 1, Int>)> {
     let [tokens, k] = expert_index.dims();
     let expert = B::int_to_quant(expert_index.reshape([tokens * k]).into_primitive());
-    let (m_splits, position) = B::Quant::lowp_expert_positions(expert, experts)?;
+    let (m_splits, position) = B::Quant::route_expert_positions(expert, experts)?;
     Ok((
         Tensor::from_primitive(B::int_from_quant(m_splits)),
         Tensor::from_primitive(B::int_from_quant(position)),
@@ -279,7 +64,7 @@ pub fn token_routes<B: LowpLinear>(
     layout: &GroupLayout<B::Quant>,
     k: usize,
 ) -> Result<TokenRoutes<B::Quant>> {
-    B::Quant::lowp_route_rows(B::int_to_quant(position.into_primitive()), layout, k)
+    B::Quant::route_rows(B::int_to_quant(position.into_primitive()), layout, k)
 }
 
 /// Token rows `x [T, cols]` into the aligned batch `[rows, cols]`: row r is token
@@ -312,7 +97,7 @@ pub fn combine<B: LowpLinear>(
 
 /// `dispatch` without autodiff.
 pub fn dispatch_rows<B: LowpBackend>(x: FloatTensor<B>, routes: &TokenRoutes<B>) -> FloatTensor<B> {
-    B::lowp_gather_rows(x, routes.row_token.clone())
+    B::grouped_gather_rows(x, routes.row_token.clone())
 }
 
 /// `combine` without autodiff.
@@ -322,7 +107,7 @@ pub fn combine_rows<B: LowpBackend>(
     routes: &TokenRoutes<B>,
 ) -> Result<FloatTensor<B>> {
     check_combine::<B>(&y, Some(&weights), routes)?;
-    B::lowp_combine_rows(y, Some(weights), routes)
+    B::route_combine_rows(y, Some(weights), routes)
 }
 
 #[derive(Debug)]
@@ -337,7 +122,7 @@ impl<B: LowpBackend> Backward<B, 1> for DispatchBackward {
         let dy = grads.consume::<B>(&ops.node);
         if let Some(node) = node {
             // Shapes were checked in forward; a failure here is a bug, not user input.
-            let dx = B::lowp_combine_rows(dy, None, &routes).expect("dispatch backward");
+            let dx = B::route_combine_rows(dy, None, &routes).expect("dispatch backward");
             grads.register::<B>(node.id, dx);
         }
     }
@@ -367,11 +152,11 @@ impl<B: LowpBackend> Backward<B, 2> for CombineBackward {
         let (y, weights, routes) = ops.state;
         let dout = grads.consume::<B>(&ops.node);
         if let (Some(node), Some(y)) = (node_w, y) {
-            let dw = B::lowp_combine_weights_grad(dout.clone(), y, &routes).expect("combine weights' gradient");
+            let dw = B::route_combine_weights_grad(dout.clone(), y, &routes).expect("combine weights' gradient");
             grads.register::<B>(node.id, dw);
         }
         if let (Some(node), Some(w)) = (node_y, weights) {
-            let dy = B::lowp_combine_rows_backward(dout, Some(w), &routes).expect("combine backward");
+            let dy = B::route_combine_rows_backward(dout, Some(w), &routes).expect("combine backward");
             grads.register::<B>(node.id, dy);
         }
     }

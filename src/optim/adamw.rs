@@ -1,6 +1,6 @@
 //! `FusedAdamW`: Burn's `AdamW` (decoupled weight decay, bias-corrected moments) with Burn's
 //! per-parameter gradient-norm clipping folded in, as one kernel per parameter on CubeCL backends
-//! (`burn_lowp_kernels::adamw`; `LowpBackend::lowp_adamw_step`). Burn's `AdamW` with
+//! (`burn_lowp_kernels::adamw`; `OptimOps::optim_adamw_step`). Burn's `AdamW` with
 //! `GradientClipping::Norm` launches about 22 kernels per parameter, each a host-side launch;
 //! this launches the sum of squares (two, when clipping) and the step.
 //!
@@ -22,11 +22,11 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{LearningRate, SimpleOptimizer};
 use burn::record::Record;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, FloatDType, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Tensor, TensorPrimitive};
 
+pub use crate::backend::ops::optim::{adamw_step_reference, min_positive, sum_of_squares};
+pub use crate::backend::optim::{AdamWStep, AdamWTensors};
 use crate::backend::LowpBackend;
-use crate::ops::linear::gemm_dtype;
 
 #[derive(Config, Debug)]
 pub struct FusedAdamWConfig {
@@ -70,103 +70,6 @@ pub struct FusedAdamWState<B: Backend, const D: usize> {
     pub time: usize,
     pub moment_1: Tensor<B, D>,
     pub moment_2: Tensor<B, D>,
-}
-
-/// What one step of one parameter takes besides the tensors.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamWStep {
-    pub lr: LearningRate,
-    pub beta_1: f32,
-    pub beta_2: f32,
-    pub epsilon: f32,
-    pub weight_decay: f32,
-    /// 1 on the first step.
-    pub time: usize,
-    pub grad_clip_norm: Option<f32>,
-}
-
-impl AdamWStep {
-    /// `1 - lr · weight_decay` as Burn forms it (f64, then the element type).
-    pub fn decay(&self) -> f32 {
-        (1.0 - self.lr * self.weight_decay as f64) as f32
-    }
-
-    /// `1 - β1^t` and `1 - β2^t` as Burn forms them (f32).
-    pub fn corrections(&self) -> (f32, f32) {
-        let t = self.time as i32;
-        (1f32 - self.beta_1.powi(t), 1f32 - self.beta_2.powi(t))
-    }
-}
-
-/// A step's results: the parameter in its dtype, the f32 moments (all flat, `[n]`).
-pub struct AdamWTensors<T> {
-    pub param: T,
-    pub moment_1: T,
-    pub moment_2: T,
-}
-
-/// The smallest positive normal of the gradient's dtype (Burn's clipping adds it to the norm).
-pub fn min_positive(dtype: DType) -> f32 {
-    match dtype {
-        DType::F16 => half::f16::MIN_POSITIVE.to_f32(),
-        DType::BF16 => half::bf16::MIN_POSITIVE.to_f32(),
-        _ => f32::MIN_POSITIVE,
-    }
-}
-
-fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
-    let n = t.shape().num_elements();
-    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape([n])
-}
-
-
-/// `Σ x²` of an f32 tensor as Burn's norm clipping forms it (`square().sum()`), `[1]`.
-pub fn sum_of_squares<B: Backend>(x: FloatTensor<B>) -> FloatTensor<B> {
-    B::float_sum(B::float_powi_scalar(x, 2.into()))
-}
-
-/// Burn's clipping and AdamW step in Burn tensor ops on f32 copies of `param` and `grad`, the
-/// parameter cast back once: the default `lowp_adamw_step` and the kernel's reference.
-/// `moments`: the previous f32 `(m, v)`, `None` on the first step.
-pub fn adamw_step_reference<B: Backend>(
-    param: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    moments: Option<(FloatTensor<B>, FloatTensor<B>)>,
-    step: &AdamWStep,
-) -> AdamWTensors<FloatTensor<B>> {
-    let param_dtype = gemm_dtype(param.dtype());
-    let grad_dtype = grad.dtype();
-    let w = flat::<B>(param).cast(FloatDType::F32);
-    let g = B::float_cast(grad, FloatDType::F32);
-    // Σ g² over the gradient's own shape (a backend's sum may order its terms by shape).
-    let sum_squares = step
-        .grad_clip_norm
-        .map(|_| sum_of_squares::<B>(g.clone()));
-    let mut g = flat::<B>(g);
-    if let (Some(threshold), Some(sum_squares)) = (step.grad_clip_norm, sum_squares) {
-        // GradientClipping::clip_by_norm: threshold / (‖g‖ + min_positive), at most 1.
-        let norm = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(sum_squares)).sqrt();
-        let coef = (threshold / norm.add_scalar(min_positive(grad_dtype))).clamp_max(1.0);
-        g = g * coef;
-    }
-    let (f1, f2) = (1.0 - step.beta_1, 1.0 - step.beta_2);
-    let (m, v) = match moments {
-        None => (g.clone().mul_scalar(f1), g.square().mul_scalar(f2)),
-        Some((m, v)) => (
-            flat::<B>(m).mul_scalar(step.beta_1).add(g.clone().mul_scalar(f1)),
-            flat::<B>(v).mul_scalar(step.beta_2).add(g.square().mul_scalar(f2)),
-        ),
-    };
-    let (c1, c2) = step.corrections();
-    let delta = m.clone().div_scalar(c1).div(v.clone().div_scalar(c2).sqrt().add_scalar(step.epsilon));
-    let decay_rate = step.lr * step.weight_decay as f64;
-    let decayed = if decay_rate == 0.0 { w } else { w.mul_scalar(1.0 - decay_rate) };
-    let w = decayed - delta.mul_scalar(step.lr);
-    AdamWTensors {
-        param: w.cast(param_dtype).into_primitive().tensor(),
-        moment_1: m.into_primitive().tensor(),
-        moment_2: v.into_primitive().tensor(),
-    }
 }
 
 impl FusedAdamWConfig {
@@ -217,7 +120,7 @@ impl<B: LowpBackend> SimpleOptimizer<B> for FusedAdamW {
         };
         let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
         let moments = state.map(|s| (prim(s.moment_1), prim(s.moment_2)));
-        let out = B::lowp_adamw_step(prim(tensor), prim(grad), moments, &step);
+        let out = B::optim_adamw_step(prim(tensor), prim(grad), moments, &step);
         let back = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape(shape.clone());
         let state = FusedAdamWState {
             time: step.time,

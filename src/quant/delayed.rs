@@ -6,15 +6,13 @@
 
 use burn::module::Module;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Tensor, TensorCreationOptions, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorCreationOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LowpError, Result};
-use crate::backend::{AmaxHistoryColumns, LowpBackend, ScaleColumns};
+pub use crate::backend::ops::quantize::delayed_update_by_ops;
+use crate::backend::{AmaxHistoryColumns, ScaleColumns};
 use crate::format::Fp8Format;
-use crate::ops::row_reduce::{reduce_rows, RowReduction};
-use crate::ops::LowpLinear;
 use crate::quant::state_tensor::StateTensor;
 
 /// FP8 element formats of a recipe (TE `Format`).
@@ -134,10 +132,11 @@ impl DelayedScalingConfig {
     }
 }
 
-/// What a delayed-scaling cast takes from its module's state: the scale columns (one per group;
-/// a plain tensor's is one), the slots' element format, and the history columns that receive its
-/// amaxes in the cast's own launch where the backend can (`LowpBackend::delayed_amax_in_place`;
-/// elsewhere the caller records them after the cast).
+/// What a delayed-scaling cast takes from its module's state: the scale columns (one per group; a
+/// plain tensor's is one), the slots' element format, and the history columns that receive its
+/// amaxes in the cast's own launch where the backend can
+/// (`QuantizeOps::quantize_delayed_amax_in_place`; elsewhere the caller records them after the
+/// cast).
 #[derive(Clone, Debug)]
 pub struct DelayedCast<B: Backend> {
     pub scales: ScaleColumns<B>,
@@ -150,10 +149,6 @@ pub struct DelayedCast<B: Backend> {
 fn f32_on<B: Backend>(device: &B::Device) -> TensorCreationOptions<B> {
     TensorCreationOptions::new(device.clone()).with_dtype(DType::F32)
 }
-
-/// Rows of the amax history maxed per block in the first stage of `reduce_rows` (TE's default
-/// history is 1024 x slots: 32 blocks of 32).
-const HISTORY_BLOCK: usize = 32;
 
 /// Scales `[slots]` and amax history `[history_len, slots]` of one module direction (forward or
 /// backward). Scales start at 1, the history at 0.
@@ -177,7 +172,8 @@ impl<B: Backend> DelayedScalingState<B> {
     /// Records a quantize call's amax (a one-element tensor) into the current history row:
     /// `history[0][slot] = max(history[0][slot], amax)`, so that several calls in one step (micro
     /// batches) keep the largest. Tensor ops, for backends whose casts cannot record in place
-    /// (`LowpBackend::delayed_amax_in_place`: CubeCL's casts fold the amax into row 0 themselves).
+    /// (`QuantizeOps::quantize_delayed_amax_in_place`: CubeCL's casts fold the amax into row 0
+    /// themselves).
     pub fn record_amax(&self, slot: usize, amax: Tensor<B, 1>) {
         let history = self.amax_history.value();
         let current = history.clone().slice([0..1, slot..slot + 1]);
@@ -217,79 +213,6 @@ impl<B: Backend> DelayedScalingState<B> {
         self.amax_history
             .set(history.slice_assign([0..1, 0..width], row));
     }
-}
-
-impl<B: LowpLinear> DelayedScalingState<B> {
-    /// TE's end-of-step update (`delayed_scaling.cu`), for slots whose elements are `fp8`:
-    /// 1. `amax` = max over the history (`max`) or its row 0 (`most_recent`), before the roll;
-    /// 2. `new_scale = (fp8_max * 2^-margin) / amax`, infinity clamped to f32::MAX;
-    /// 3. a non-finite or non-positive amax keeps the old scale;
-    /// 4. roll: `new[i] = old[i + 1]`, `new[len - 1] = old[0]`, then `new[0] = 0`.
-    ///
-    /// One launch on CubeCL backends (`LowpBackend::lowp_delayed_update`); errors only on a
-    /// state whose history and scales disagree (a record from another model).
-    pub fn update(&self, config: &DelayedScalingConfig, fp8: Fp8Format) -> Result<()> {
-        let quant = |t: Tensor<B, 1>| B::to_quant(t.into_primitive().tensor());
-        let history = B::to_quant(self.amax_history.value().into_primitive().tensor());
-        let (history, scale) = B::Quant::lowp_delayed_update(
-            history,
-            quant(self.scale.value()),
-            config.scaled_max(fp8),
-            config.amax_compute_algo == AmaxComputeAlgo::MostRecent,
-        )?;
-        let float = |t| TensorPrimitive::Float(B::from_quant(t));
-        self.scale.set(Tensor::from_primitive(float(scale)));
-        self.amax_history.set(Tensor::from_primitive(float(history)));
-        Ok(())
-    }
-}
-
-/// `LowpBackend::lowp_delayed_update` as tensor ops (the default, and the CubeCL kernel's twin):
-/// a blocked max over the history's rows (or row 0), the scale rule elementwise, the roll as a
-/// `cat`, row 0 zeroed.
-pub fn delayed_update_by_ops<B: Backend>(
-    history: FloatTensor<B>,
-    scale: FloatTensor<B>,
-    numerator: f32,
-    most_recent: bool,
-) -> Result<(FloatTensor<B>, FloatTensor<B>)> {
-    let history = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(history));
-    let old = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(scale));
-    let [len, slots] = history.dims();
-    if old.dims() != [slots] {
-        return Err(LowpError::shape(
-            "delayed-scaling scales",
-            format!("{:?} for a history of {slots} slots", old.dims()),
-            "one scale per history column",
-        ));
-    }
-    let amax = if most_recent {
-        history.clone().slice([0..1, 0..slots])
-    } else {
-        reduce_rows(history.clone(), HISTORY_BLOCK, RowReduction::Max)
-    }
-    .reshape([slots]);
-    let numerator = Tensor::<B, 1>::full([slots], numerator, f32_on(&amax.device()));
-    let candidate = numerator.div(amax.clone()).clamp_max(f32::MAX);
-    let valid = amax.clone().is_finite().bool_and(amax.greater_elem(0.0));
-    let scale = old.mask_where(valid, candidate);
-    let rolled = if len > 1 {
-        Tensor::cat(
-            vec![
-                history.clone().slice([1..len, 0..slots]),
-                history.slice([0..1, 0..slots]),
-            ],
-            0,
-        )
-    } else {
-        history
-    };
-    let zeros = Tensor::<B, 2>::zeros([1, slots], f32_on(&rolled.device()));
-    let rolled = rolled.slice_assign([0..1, 0..slots], zeros);
-    Ok((
-        rolled.into_primitive().tensor(),
-        scale.into_primitive().tensor(),
-    ))
 }
 
 fn slot_indices<B: Backend>(slots: &[usize], device: &B::Device) -> Tensor<B, 1, burn::tensor::Int> {

@@ -1,5 +1,5 @@
 //! Runs a `QuantizerSpec` on a grouped (MoE) matrix: each group as its slice alone would be
-//! (`format::grouped`). Plain formats go through `LowpBackend::lowp_quantize_grouped`, a delayed
+//! (`format::grouped`). Plain formats go through `GroupedOps::grouped_quantize`, a delayed
 //! request with one scale per group, identity keeps the matrix (group views slice it), and hybrid
 //! quantizes each direction with its side.
 
@@ -39,7 +39,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                     "a delayed-scaling slot needs its module's scales",
                 )
             })?;
-            B::quantize_fp8_with_scale_grouped(
+            B::grouped_quantize_fp8_with_scale(
                 x,
                 delayed.fp8,
                 delayed.scales,
@@ -106,7 +106,7 @@ pub fn quantize_grouped<B: LowpBackend>(
                 columnwise: col.and_then(|q| q.columnwise),
             })
         }
-        plain => B::lowp_quantize_grouped(x, groups, &plain.format_config(Some(seed))?, usage, scaling),
+        plain => B::grouped_quantize(x, groups, &plain.format_config(Some(seed))?, usage, scaling),
     }
 }
 
@@ -125,7 +125,7 @@ pub fn dequantize_grouped<B: LowpBackend>(
             continue;
         }
         pieces.push(Tensor::from_primitive(TensorPrimitive::Float(B::float_cast(
-            B::lowp_dequantize(&group_view(q, g, *group), direction)?,
+            B::quantize_dequantize(&group_view(q, g, *group), direction)?,
             burn::tensor::FloatDType::F32,
         ))));
         covered = group.start + group.len;

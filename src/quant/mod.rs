@@ -2,13 +2,12 @@
 
 pub mod delayed;
 pub mod grouped;
-pub mod quantized_tensor;
 pub mod quantizer;
 pub mod spec;
 pub mod state_tensor;
 
 pub use delayed::{AmaxComputeAlgo, DelayedCast, DelayedScalingConfig, DelayedScalingState, Fp8Recipe};
-pub use quantized_tensor::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+pub use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
 pub use quantizer::{quantize, QuantizeCall};
 pub use spec::{ColumnwiseSource, IdentityDtype, QuantizerSpec};
 pub use state_tensor::StateTensor;

@@ -1,4 +1,4 @@
-//! Runs a `QuantizerSpec` on a tensor: plain formats through `LowpBackend::lowp_quantize`,
+//! Runs a `QuantizerSpec` on a tensor: plain formats through `QuantizeOps::quantize_tensor`,
 //! identity as the (cast) tensor itself, hybrid as one quantizer per direction, and a delayed
 //! request with the scale its module's state supplies.
 
@@ -68,11 +68,11 @@ pub fn quantize<B: LowpBackend>(
             let col = if usage.columnwise {
                 let source = match (columnwise_source, &row) {
                     (ColumnwiseSource::RowwiseDequantized, Some(row)) => {
-                        B::lowp_dequantize(row, Direction::Rowwise)?
+                        B::quantize_dequantize(row, Direction::Rowwise)?
                     }
                     (ColumnwiseSource::RowwiseDequantized, None) => {
                         let row = quantize::<B>(x, rowwise, Usage::ROWWISE, false, call)?;
-                        B::lowp_dequantize(&row, Direction::Rowwise)?
+                        B::quantize_dequantize(&row, Direction::Rowwise)?
                     }
                     (ColumnwiseSource::Original, _) => x,
                 };
@@ -93,7 +93,7 @@ pub fn quantize<B: LowpBackend>(
                 columnwise: col.and_then(|q| q.columnwise),
             })
         }
-        plain => B::lowp_quantize(
+        plain => B::quantize_tensor(
             x,
             &plain.format_config(Some(call.seed))?,
             usage,

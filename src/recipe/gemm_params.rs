@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::GemmKind;
+pub use crate::backend::SplitAccumulator;
 
 /// TE's `MMParams` of one GEMM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,41 +28,13 @@ pub(crate) fn split() -> MmParams {
     }
 }
 
-/// Whether each GEMM of a module accumulates FP8 per-tensor products with the split
-/// accumulator (what a recipe's `fp8_gemm_*` fields resolve to; other formats ignore it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SplitAccumulator {
-    pub fprop: bool,
-    pub dgrad: bool,
-    pub wgrad: bool,
-}
-
-impl Default for SplitAccumulator {
-    /// TE's module defaults (`_2X_ACC_FPROP = False`, `_2X_ACC_DGRAD = _2X_ACC_WGRAD = True`).
-    fn default() -> Self {
-        SplitAccumulator {
-            fprop: false,
-            dgrad: true,
-            wgrad: true,
-        }
-    }
-}
-
+/// (`SplitAccumulator` itself is the backend's: `GemmKind::split_accumulator` applies its default.)
 impl SplitAccumulator {
     pub fn from_params(fprop: MmParams, dgrad: MmParams, wgrad: MmParams) -> Self {
         SplitAccumulator {
             fprop: fprop.use_split_accumulator,
             dgrad: dgrad.use_split_accumulator,
             wgrad: wgrad.use_split_accumulator,
-        }
-    }
-
-    /// The setting of GEMM `kind`.
-    pub fn of(&self, kind: GemmKind) -> bool {
-        match kind {
-            GemmKind::Fprop => self.fprop,
-            GemmKind::Dgrad => self.dgrad,
-            GemmKind::Wgrad => self.wgrad,
         }
     }
 }

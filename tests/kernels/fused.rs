@@ -1,4 +1,4 @@
-//! The fused training pieces on every backend: the AdamW step (`LowpBackend::lowp_adamw_step`,
+//! The fused training pieces on every backend: the AdamW step (`OptimOps::optim_adamw_step`,
 //! one kernel on CubeCL backends) against its Burn-op twin, `FusedAdamW` against Burn's `AdamW`
 //! with `GradientClipping::Norm` over a few training steps, and the fused RMSNorm / SwiGLU ops
 //! (`nn::fused`) with their gradients against the same blocks written in Burn tensor ops, the
@@ -36,7 +36,7 @@ pub(crate) fn values(n: usize, seed: u64, std: f64, dtype: InputDtype) -> Vec<f3
 
 fn vector<B: LowpBackend>(values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
     let m = HostMatrix::new("param", 1, values.len(), dtype, values).unwrap();
-    let t = B::float_from_host(&m, device);
+    let t = B::bytes_float_from_host(&m, device);
     B::float_reshape(t, burn::tensor::Shape::new([m.cols]))
 }
 
@@ -85,7 +85,7 @@ pub fn check_adamw_step<B: LowpBackend>(device: &B::Device, dtype: InputDtype, e
         for (t, grad) in grads.into_iter().enumerate() {
             let step = AdamWStep { time: t + 1, ..step };
             let (param, moments) = state;
-            let got = B::lowp_adamw_step(param.clone(), grad.clone(), moments.clone(), &step);
+            let got = B::optim_adamw_step(param.clone(), grad.clone(), moments.clone(), &step);
             let want = adamw_step_reference::<B>(param, grad, moments, &step);
             let what = format!("{} clip {clip:?} step {}", dtype.name(), t + 1);
             let (g, w) = (read_f32::<B>(got.param.clone()), read_f32::<B>(want.param.clone()));
@@ -268,8 +268,8 @@ pub fn check_rope_against_burn<B: LowpBackend>(device: &B::Device, exact: bool) 
     let m = HostMatrix::new("x", rows, head, f32s, values(rows * head, 33, 1.0, f32s)).unwrap();
     let freq = rope.freq_complex.clone().inner().into_primitive().tensor();
     for inverse in [false, true] {
-        let x = B::float_from_host(&m, device);
-        let got = B::lowp_rope(x.clone(), freq.clone(), positions, inverse).unwrap();
+        let x = B::bytes_float_from_host(&m, device);
+        let got = B::attention_rope(x.clone(), freq.clone(), positions, inverse).unwrap();
         let want = burn_lowp::ops::rope_op::rope_reference::<B>(x, freq.clone(), positions, inverse).unwrap();
         assert_close(&read_f32::<B>(got), &read_f32::<B>(want), 1e-6, 1e-6, &format!("rope from position 3 (inverse {inverse})"));
     }
@@ -326,11 +326,11 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
     for &dtype in dtypes {
         let x = HostMatrix::new("scores", rows, seq, dtype, values(rows * seq, 45, 3.0, dtype)).unwrap();
         let dp = HostMatrix::new("dp", rows, seq, dtype, values(rows * seq, 46, 1.0, dtype)).unwrap();
-        let x = B::float_from_host(&x, device);
-        let dp = B::float_from_host(&dp, device);
-        let p = B::lowp_causal_softmax(x.clone(), scale).unwrap();
+        let x = B::bytes_float_from_host(&x, device);
+        let dp = B::bytes_float_from_host(&dp, device);
+        let p = B::attention_causal_softmax(x.clone(), scale).unwrap();
         let p_ref = causal_softmax_reference::<B>(x, scale).unwrap();
-        let dx = B::lowp_causal_softmax_backward(p.clone(), dp.clone(), scale).unwrap();
+        let dx = B::attention_causal_softmax_backward(p.clone(), dp.clone(), scale).unwrap();
         let dx_ref = causal_softmax_backward_reference::<B>(p.clone(), dp, scale).unwrap();
         // f32: the runtime's exp against the host's; bf16: the same result may round to the
         // neighbouring bf16 value.
@@ -354,8 +354,8 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
     // Bad shapes are errors, not panics: k of another length, scores that are not whole blocks.
     let t = |shape: [usize; 4]| Tensor::<A<B>, 4>::zeros(shape, device);
     assert!(fused::causal_attention(t([1, 2, 8, 4]), t([1, 2, 6, 4]), t([1, 2, 8, 4]), None).is_err());
-    let scores = B::float_from_host(&HostMatrix::new("scores", 10, 4, f32s, vec![0.0; 40]).unwrap(), device);
-    assert!(B::lowp_causal_softmax(scores, 1.0).is_err());
+    let scores = B::bytes_float_from_host(&HostMatrix::new("scores", 10, 4, f32s, vec![0.0; 40]).unwrap(), device);
+    assert!(B::attention_causal_softmax(scores, 1.0).is_err());
 }
 
 /// `nn::fused::batched_matmul` on `Autodiff<B>` for every pair of transpose flags against the
@@ -426,8 +426,8 @@ pub fn check_batched_matmul_against_host<B: LowpBackend>(device: &B::Device, dty
     for &dtype in dtypes.iter().filter(|&&d| d != f32s) {
         let matrix = |name: &str, seed: u64, rows: usize, cols: usize| {
             let v = values(rows * cols, seed, 1.0, dtype);
-            let t = B::float_from_host(&HostMatrix::new(name, rows, cols, dtype, v.clone()).unwrap(), device);
-            let t32 = B::float_from_host(&HostMatrix::new(name, rows, cols, f32s, v).unwrap(), device);
+            let t = B::bytes_float_from_host(&HostMatrix::new(name, rows, cols, dtype, v.clone()).unwrap(), device);
+            let t32 = B::bytes_float_from_host(&HostMatrix::new(name, rows, cols, f32s, v).unwrap(), device);
             let shape = burn::tensor::Shape::new([batch, rows / batch, cols]);
             (B::float_reshape(t, shape.clone()), B::float_reshape(t32, shape))
         };
@@ -493,9 +493,10 @@ pub fn check_one_hot_embedding_against_burn<B: LowpBackend>(device: &B::Device, 
 
 /// `nn::fused::causal_self_attention` on `Autodiff<B>` against what it replaces, the MoE model's
 /// earlier attention: the QKV rows reshaped, swapped and narrowed into heads, `fused::rope` on q
-/// and k, `fused::causal_attention`, and the heads swapped back (values and the QKV gradient).
-/// Both run the same products, softmax and RoPE arithmetic (`kernels::rope::rotate_pair`), so
-/// they agree exactly; a signed zero may differ (Burn's narrow gradient adds into +0).
+/// and k, `fused::causal_attention`, and the heads swapped back (values and the QKV gradient). Both
+/// run the same products, softmax and RoPE arithmetic
+/// (`burn_lowp_kernels::attention::rope::rotate_pair`), so they agree exactly; a signed zero may
+/// differ (Burn's narrow gradient adds into +0).
 pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::Device) {
     type A<B> = Autodiff<B>;
     let f32s = InputDtype::F32;
@@ -528,9 +529,9 @@ pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::D
     assert!(fused::causal_self_attention(matrix(55, [tokens, 3 * hidden]), &rope, [batch, max_seq + 1], heads).is_err());
 }
 
-/// The backend's head split and merge (`LowpBackend::lowp_split_heads` / `lowp_merge_heads`,
+/// The backend's head split and merge (`AttentionOps::attention_split_heads` / `attention_merge_heads`,
 /// one kernel each on CubeCL backends) against their Burn-op references (reshape, swap, narrow,
-/// `lowp_rope`, cat), bit for bit, for 1 to 3 parts with 0 to 2 rotated and every dtype given;
+/// `attention_rope`, cat), bit for bit, for 1 to 3 parts with 0 to 2 rotated and every dtype given;
 /// a layout the tensors do not have, and rotated parts without frequencies, are errors.
 pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     use burn_lowp::ops::attention_op::{merge_heads_reference, split_heads_reference, HeadLayout};
@@ -544,16 +545,16 @@ pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes:
             let what = format!("{dtype:?} {parts} parts, {rope_parts} rotated");
             let cols = parts * heads * head;
             let m = HostMatrix::new("rows", batch * seq, cols, dtype, values(batch * seq * cols, 61, 1.0, dtype)).unwrap();
-            let x = B::float_from_host(&m, device);
+            let x = B::bytes_float_from_host(&m, device);
             let f = (rope_parts > 0).then(|| freq.clone());
-            let got = B::lowp_split_heads(x.clone(), f.clone(), layout).unwrap();
+            let got = B::attention_split_heads(x.clone(), f.clone(), layout).unwrap();
             let want = split_heads_reference::<B>(x, f.clone(), layout).unwrap();
             assert_eq!(got.len(), parts, "{what}");
             for (p, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(burn::tensor::TensorMetadata::shape(a).as_slice(), [batch * heads, seq, head], "{what}: part {p}'s shape");
                 assert_eq!(bits(a.clone()), bits(b.clone()), "{what}: split part {p}");
             }
-            let merged = B::lowp_merge_heads(got, f.clone(), layout).unwrap();
+            let merged = B::attention_merge_heads(got, f.clone(), layout).unwrap();
             let merged_ref = merge_heads_reference::<B>(want, f, layout).unwrap();
             assert_eq!(bits(merged), bits(merged_ref), "{what}: merge");
         }
@@ -561,11 +562,11 @@ pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes:
     // Errors, not panics: rows of another width, rotated parts without the table, 4 parts.
     let layout = HeadLayout { batch, seq, heads, head, parts: 3, rope_parts: 2 };
     let m = HostMatrix::new("rows", batch * seq, 3 * heads * head + 2, InputDtype::F32, vec![0.5; batch * seq * (3 * heads * head + 2)]).unwrap();
-    assert!(B::lowp_split_heads(B::float_from_host(&m, device), Some(freq.clone()), layout).is_err());
+    assert!(B::attention_split_heads(B::bytes_float_from_host(&m, device), Some(freq.clone()), layout).is_err());
     let m = HostMatrix::new("rows", batch * seq, 3 * heads * head, InputDtype::F32, vec![0.5; batch * seq * 3 * heads * head]).unwrap();
-    assert!(B::lowp_split_heads(B::float_from_host(&m, device), None, layout).is_err());
+    assert!(B::attention_split_heads(B::bytes_float_from_host(&m, device), None, layout).is_err());
     let four = HeadLayout { parts: 4, ..layout };
-    assert!(B::lowp_split_heads(B::float_from_host(&m, device), Some(freq), four).is_err());
+    assert!(B::attention_split_heads(B::bytes_float_from_host(&m, device), Some(freq), four).is_err());
 }
 
 macro_rules! fused_suite {

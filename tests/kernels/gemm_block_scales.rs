@@ -1,9 +1,9 @@
-//! `burn_lowp_kernels::gemm_block_scales`: compact FP8 block scales rewritten into the layouts
-//! cuBLASLt reads (transposed for 1x128, rows padded to 4 columns with 1.0 for 128x128), against
-//! the same rewrite done element by element on the host.
+//! `burn_lowp_kernels::cast::gemm_block_scales`: compact FP8 block scales rewritten into the
+//! layouts cuBLASLt reads (transposed for 1x128, rows padded to 4 columns with 1.0 for 128x128),
+//! against the same rewrite done element by element on the host.
 
 use burn_lowp_kernels::cubecl::prelude::*;
-use burn_lowp_kernels::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
+use burn_lowp_kernels::cast::gemm_block_scales::{gemm_block_scales, GemmBlockScales};
 
 use crate::common::read_words;
 

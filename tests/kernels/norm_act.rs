@@ -48,12 +48,12 @@ fn host_amax(values: &[f32]) -> f32 {
 }
 
 fn upload<B: LowpBackend>(m: &HostMatrix, device: &B::Device) -> FloatTensor<B> {
-    B::float_from_host(m, device)
+    B::bytes_float_from_host(m, device)
 }
 
 fn vector<B: LowpBackend>(values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
     let m = HostMatrix::new("param", 1, values.len(), dtype, values).unwrap();
-    let t = B::float_from_host(&m, device);
+    let t = B::bytes_float_from_host(&m, device);
     B::float_reshape(t, burn::tensor::Shape::new([m.cols]))
 }
 
@@ -72,7 +72,7 @@ fn check_amax_twin<B: LowpBackend>(
         rowwise: true,
         columnwise: true,
     };
-    let twin = B::lowp_quantize(y.clone(), &config, usage, false).unwrap();
+    let twin = B::quantize_tensor(y.clone(), &config, usage, false).unwrap();
     let fused_q = B::quantize_fp8_current_with_amax(y, &config, &amax, usage).unwrap();
     assert_bit_equal(
         &fused_q.to_host().unwrap(),
@@ -117,7 +117,7 @@ pub fn check_norm_forward<B: LowpBackend>(device: &B::Device, dtypes: &[InputDty
                     eps: 1e-5,
                     zero_centered_gamma: zero_centered,
                 };
-                let out = B::lowp_norm_forward(
+                let out = B::norm_forward(
                     upload::<B>(&x, device),
                     vector::<B>(gamma.values.clone(), dtype, device),
                     with_beta.then(|| vector::<B>(beta.values.clone(), dtype, device)),
@@ -170,8 +170,8 @@ pub fn check_norm_backward<B: LowpBackend>(device: &B::Device, dtypes: &[InputDt
                     zero_centered_gamma: zero_centered,
                 };
                 let g = vector::<B>(gamma.values.clone(), dtype, device);
-                let fwd = B::lowp_norm_forward(upload::<B>(&x, device), g.clone(), None, &spec, false).unwrap();
-                let out = B::lowp_norm_backward(
+                let fwd = B::norm_forward(upload::<B>(&x, device), g.clone(), None, &spec, false).unwrap();
+                let out = B::norm_backward(
                     upload::<B>(&dy, device),
                     upload::<B>(&x, device),
                     g,
@@ -282,9 +282,9 @@ pub fn check_activations<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtyp
                 let h = matrix(rows, width, dtype, 0.0, 2.5, seed);
                 let dy = matrix(rows, f, dtype, 0.0, 1.0, seed + 1);
                 let context = format!("{act} {} [{rows}, {width}]", dtype.name());
-                let fwd = B::lowp_activation_forward(upload::<B>(&h, device), &spec, true).unwrap();
+                let fwd = B::act_forward(upload::<B>(&h, device), &spec, true).unwrap();
                 let y = read_f32::<B>(fwd.y.clone());
-                let bwd = B::lowp_activation_backward(
+                let bwd = B::act_backward(
                     upload::<B>(&dy, device),
                     upload::<B>(&h, device),
                     &spec,
@@ -362,7 +362,7 @@ fn check_store_rounding<B: LowpBackend>(device: &B::Device, dtype: InputDtype) {
         activation: Activation::Reglu,
         params: ActivationParams::default(),
     };
-    let y = read_f32::<B>(B::lowp_activation_forward(upload::<B>(&h, device), &spec, false).unwrap().y);
+    let y = read_f32::<B>(B::act_forward(upload::<B>(&h, device), &spec, false).unwrap().y);
     for r in 0..rows {
         for c in 0..f {
             let (x, g) = (h.values[r * 2 * f + c], h.values[r * 2 * f + f + c]);
@@ -378,7 +378,7 @@ fn check_store_rounding<B: LowpBackend>(device: &B::Device, dtype: InputDtype) {
     }
 }
 
-/// A Linear's dbias with dY's amax in the same read (`lowp_dbias_amax`). Device backends: the
+/// A Linear's dbias with dY's amax in the same read (`act_dbias_amax`). Device backends: the
 /// column sums bit-equal to the host's f32 sums in the kernel's order (64-row blocks summed in
 /// row order, then the blocks in order), the amax bit-equal to the host's and quantizing with it
 /// bit-equal to the unfused current-scaling quantize; an odd width falls back to Burn's column
@@ -397,7 +397,7 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
                 continue;
             }
             let context = format!("dbias {} [{rows}, {cols}]", dtype.name());
-            let (dbias, amax) = B::lowp_dbias_amax(upload::<B>(&dy, device)).unwrap();
+            let (dbias, amax) = B::act_dbias_amax(upload::<B>(&dy, device)).unwrap();
             let dbias = read_f32::<B>(dbias);
             let fused = kernels && cols % 2 == 0;
             if fused {
@@ -434,11 +434,11 @@ pub fn check_dbias_amax<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype
     }
 }
 
-/// fc2's input under delayed scaling in one pass (`lowp_activation_quantize_fp8_with_scale`:
+/// fc2's input under delayed scaling in one pass (`act_quantize_fp8_with_scale`:
 /// the activation as the FP8 cast's prologue) equals the activation pass followed by
 /// `quantize_fp8_with_scale` bit for bit: codes and scales in both directions and the amax folded
 /// into the history row, every activation and dtype, a scale that saturates some values. Under
-/// current scaling (`lowp_activation_quantize_fp8_current`: an amax pass over the activation,
+/// current scaling (`act_quantize_fp8_current`: an amax pass over the activation,
 /// then the cast applying it) it equals the activation pass followed by the plain quantize, with
 /// its own amax pass, bit for bit. Backends without the fused kernels (NdArray) answer `None`.
 pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype], kernels: bool) {
@@ -457,7 +457,7 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 let width = if act.is_gated() { 2 * f } else { f };
                 let h = matrix(rows, width, dtype, 0.0, 2.5, 307 + (rows * f) as u64 + act as u64);
                 let context = format!("{act} {} [{rows}, {width}]", dtype.name());
-                let fwd = B::lowp_activation_forward(upload::<B>(&h, device), &spec, true).unwrap();
+                let fwd = B::act_forward(upload::<B>(&h, device), &spec, true).unwrap();
                 let y = read_f32::<B>(fwd.y.clone());
 
                 // Scale column 1 of three (decoys around it), history row 0
@@ -470,11 +470,11 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 };
                 let history = || {
                     let m = HostMatrix::new("history", 4, 3, InputDtype::F32, vec![0.0; 12]).unwrap();
-                    B::float_from_host(&m, device)
+                    B::bytes_float_from_host(&m, device)
                 };
                 let (twin_history, fused_history) = (history(), history());
                 let record = |h: &FloatTensor<B>| {
-                    B::delayed_amax_in_place().then(|| AmaxHistoryColumns {
+                    B::quantize_delayed_amax_in_place().then(|| AmaxHistoryColumns {
                         history: h.clone(),
                         first: 2,
                         stride: 1,
@@ -483,7 +483,7 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 let twin =
                     B::quantize_fp8_with_scale(fwd.y.clone(), Fp8Format::E4M3, scales(), usage, record(&twin_history))
                         .unwrap();
-                let fused = B::lowp_activation_quantize_fp8_with_scale(
+                let fused = B::act_quantize_fp8_with_scale(
                     upload::<B>(&h, device),
                     &spec,
                     Fp8Format::E4M3,
@@ -507,9 +507,9 @@ pub fn check_activation_quantize<B: LowpBackend>(device: &B::Device, dtypes: &[I
                 // Current scaling: the amax pass over the activation and the cast applying it,
                 // against the stored activation quantized with its own amax pass.
                 let current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
-                let twin = B::lowp_quantize(fwd.y.clone(), &current, usage, false).unwrap();
+                let twin = B::quantize_tensor(fwd.y.clone(), &current, usage, false).unwrap();
                 let fused =
-                    B::lowp_activation_quantize_fp8_current(upload::<B>(&h, device), &spec, &current, usage)
+                    B::act_quantize_fp8_current(upload::<B>(&h, device), &spec, &current, usage)
                         .unwrap();
                 assert_eq!(fused.is_some(), kernels, "{context}: current scaling fused exactly where the kernels run");
                 if let Some(fused) = fused {
@@ -531,12 +531,12 @@ pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bo
     if !kernels {
         return; // NdArray's Burn-op reference takes any width.
     }
-    let e = B::lowp_activation_forward(upload::<B>(&x, device), &spec, false).err().expect("odd width refused");
+    let e = B::act_forward(upload::<B>(&x, device), &spec, false).err().expect("odd width refused");
     assert!(e.to_string().contains("even"), "{e}");
     // The fused activation cast: a gated input of odd width, and an output FP8 cannot block.
     let fused_cast = |h: &HostMatrix| {
         let scale = ScaleColumns::whole(vector::<B>(vec![1.0], InputDtype::F32, device));
-        B::lowp_activation_quantize_fp8_with_scale(upload::<B>(h, device), &spec, Fp8Format::E4M3, scale, Usage::ROWWISE, None)
+        B::act_quantize_fp8_with_scale(upload::<B>(h, device), &spec, Fp8Format::E4M3, scale, Usage::ROWWISE, None)
     };
     let e = fused_cast(&x).err().expect("odd gated width refused");
     assert!(e.to_string().contains("two halves"), "{e}");
@@ -546,12 +546,12 @@ pub fn check_norm_act_bad_shapes<B: LowpBackend>(device: &B::Device, kernels: bo
     // Its current-scaling form refuses the same, before any pass runs.
     let current = FormatConfig::Fp8Current(Fp8CurrentScaling::new(Fp8Format::E4M3));
     let fused_current =
-        |h: &HostMatrix| B::lowp_activation_quantize_fp8_current(upload::<B>(h, device), &spec, &current, Usage::ROWWISE);
+        |h: &HostMatrix| B::act_quantize_fp8_current(upload::<B>(h, device), &spec, &current, Usage::ROWWISE);
     let e = fused_current(&x).err().expect("odd gated width refused (current scaling)");
     assert!(e.to_string().contains("two halves"), "{e}");
     let e = fused_current(&narrow).err().expect("an output of 12 columns refused (current scaling)");
     assert!(e.to_string().contains("activation output"), "{e}");
-    let e = B::lowp_norm_forward(
+    let e = B::norm_forward(
         upload::<B>(&x, device),
         vector::<B>(vec![1.0; 7], InputDtype::F32, device),
         None,

@@ -29,7 +29,7 @@ fn int_tensor<B: LowpBackend>(values: &[i64], device: &B::Device) -> IntTensor<B
 }
 
 fn matrix<B: LowpBackend>(rows: usize, cols: usize, values: Vec<f32>, dtype: InputDtype, device: &B::Device) -> FloatTensor<B> {
-    B::float_from_host(&HostMatrix::new("m", rows, cols, dtype, values).unwrap(), device)
+    B::bytes_float_from_host(&HostMatrix::new("m", rows, cols, dtype, values).unwrap(), device)
 }
 
 /// Experts of `n` assignments in `0..experts`, expert 1 never chosen (an empty group).
@@ -61,7 +61,7 @@ pub fn check_top_k<B: LowpBackend>(device: &B::Device) {
     let mut rng = SplitMix(7);
     let scores: Vec<f32> = (0..tokens * experts).map(|_| (rng.normal() * 4.0).round() as f32 / 4.0).collect();
     for k in [1, 3, 16] {
-        let got = ints::<B>(B::lowp_top_k(matrix::<B>(tokens, experts, scores.clone(), InputDtype::F32, device), k).unwrap());
+        let got = ints::<B>(B::route_top_k(matrix::<B>(tokens, experts, scores.clone(), InputDtype::F32, device), k).unwrap());
         for (t, row) in scores.chunks(experts).enumerate() {
             let mut order: Vec<usize> = (0..experts).collect();
             order.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap().then(a.cmp(&b)));
@@ -70,7 +70,7 @@ pub fn check_top_k<B: LowpBackend>(device: &B::Device) {
         }
     }
     for k in [0, 17] {
-        let err = B::lowp_top_k(matrix::<B>(tokens, experts, scores.clone(), InputDtype::F32, device), k).unwrap_err();
+        let err = B::route_top_k(matrix::<B>(tokens, experts, scores.clone(), InputDtype::F32, device), k).unwrap_err();
         assert!(err.to_string().contains("router scores"), "{err}");
     }
 }
@@ -81,11 +81,11 @@ pub fn check_expert_positions<B: LowpBackend>(device: &B::Device) {
     for (n, experts, seed) in [(1000, 8, 1), (700, 300, 2), (5, 4, 3)] {
         let expert = random_experts(n, experts, seed);
         let (want_counts, want_position) = host_positions(&expert, experts);
-        let (counts, position) = B::lowp_expert_positions(int_tensor::<B>(&expert, device), experts).unwrap();
+        let (counts, position) = B::route_expert_positions(int_tensor::<B>(&expert, device), experts).unwrap();
         assert_eq!(ints::<B>(counts), want_counts, "{n} assignments, {experts} experts: loads");
         assert_eq!(ints::<B>(position), want_position, "{n} assignments, {experts} experts: positions");
     }
-    let err = B::lowp_expert_positions(int_tensor::<B>(&[], device), 3).unwrap_err();
+    let err = B::route_expert_positions(int_tensor::<B>(&[], device), 3).unwrap_err();
     assert!(err.to_string().contains("assignments' experts"), "{err}");
 }
 
@@ -94,11 +94,11 @@ fn routes<B: LowpBackend>(tokens: usize, k: usize, experts: usize, seed: u64, de
     let n = tokens * k;
     let expert = random_experts(n, experts, seed);
     let (counts, position) = host_positions(&expert, experts);
-    let layout = B::group_layout(int_tensor::<B>(&counts, device), n).unwrap();
+    let layout = B::grouped_layout(int_tensor::<B>(&counts, device), n).unwrap();
     // Wait for the splits' host copy (and check them) before launching more: on wgpu, a launch
     // while CubeCL's staging buffer of that read is still mapped failed validation.
     layout.check().unwrap();
-    let routes = B::lowp_route_rows(int_tensor::<B>(&position, device), &layout, k).unwrap();
+    let routes = B::route_rows(int_tensor::<B>(&position, device), &layout, k).unwrap();
     (routes, counts, position)
 }
 
@@ -157,14 +157,14 @@ pub fn check_combine<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) 
             }
             out
         };
-        let got = read_f32::<B>(B::lowp_combine_rows(y_t(), Some(w_t()), &routes).unwrap());
+        let got = read_f32::<B>(B::route_combine_rows(y_t(), Some(w_t()), &routes).unwrap());
         let ulp = match dtype {
             InputDtype::F32 => 2f32.powi(-22),
             InputDtype::F16 => 2f32.powi(-10),
             InputDtype::BF16 => 2f32.powi(-7),
         };
         assert_close(&got, &host_combine(true), ulp, 1e-6, &format!("{context} combine"));
-        let got = read_f32::<B>(B::lowp_combine_rows(y_t(), None, &routes).unwrap());
+        let got = read_f32::<B>(B::route_combine_rows(y_t(), None, &routes).unwrap());
         assert_eq!(got, host_combine(false), "{context} combine without weights");
 
         // y's gradient: w[a] · dout[t] on the row of assignment a, zeros elsewhere (one rounding).
@@ -177,7 +177,7 @@ pub fn check_combine<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) 
                 }
             }
         }
-        let got = read_f32::<B>(B::lowp_combine_rows_backward(dout_t(), Some(w_t()), &routes).unwrap());
+        let got = read_f32::<B>(B::route_combine_rows_backward(dout_t(), Some(w_t()), &routes).unwrap());
         assert_eq!(got, want, "{context} combine backward");
 
         // The weights' gradient: each assignment's row dotted with its token's gradient.
@@ -187,7 +187,7 @@ pub fn check_combine<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) 
                 (0..cols).map(|c| dout[t * cols + c] as f64 * y[r * cols + c] as f64).sum::<f64>() as f32
             })
             .collect();
-        let got = read_f32::<B>(B::lowp_combine_weights_grad(dout_t(), y_t(), &routes).unwrap());
+        let got = read_f32::<B>(B::route_combine_weights_grad(dout_t(), y_t(), &routes).unwrap());
         assert_close(&got, &want, 1e-5, 1e-5, &format!("{context} combine weights' gradient"));
     }
 }

@@ -1,4 +1,4 @@
-//! The debug tools' one-pass tensor statistics (`LowpBackend::lowp_tensor_stats`) on every
+//! The debug tools' one-pass tensor statistics (`StatsOps::stats_tensor`) on every
 //! backend: the partials (tiles folded into 128x2048 records) equal the host reference
 //! (`debug::stats::tile_partials`, then `record_partials`) bit for bit in counts, minima and
 //! maxima, within f32 summation order elsewhere and the runtime's `ln` for the dynamic ranges;
@@ -108,8 +108,8 @@ pub fn check_tensor_stats<B: LowpBackend>(device: &B::Device, dtypes: &[InputDty
         for (rows, cols, seed) in [(64, 64, 1), (70, 98, 2), (5, 34, 3), (260, 2180, 4)] {
             let m = values(rows, cols, dtype, seed);
             let context = format!("{dtype:?} [{rows}, {cols}]");
-            let x = B::float_from_host(&m, device);
-            let partials = read_partials::<B>(&B::lowp_tensor_stats(x, None, None).unwrap());
+            let x = B::bytes_float_from_host(&m, device);
+            let partials = read_partials::<B>(&B::stats_tensor(x, None, None).unwrap());
             assert_eq!(partials.len(), stats::stats_records(rows, cols) * STAT_FIELDS, "{context}: record count");
             assert_partials_match(&partials, &records(stats::tile_partials(&m.values, rows, cols, None, None), rows, cols), &context);
 
@@ -162,20 +162,20 @@ pub fn check_quantization_error_stats<B: LowpBackend>(device: &B::Device) {
         FormatConfig::Nvfp4(Nvfp4Config { block_2d: false, rht: false, stochastic_seed: None }),
     ];
     for config in formats {
-        let x = B::float_from_host(&m, device);
-        let q = B::lowp_quantize(x.clone(), &config, Usage { rowwise: true, columnwise: true }, false).unwrap();
+        let x = B::bytes_float_from_host(&m, device);
+        let q = B::quantize_tensor(x.clone(), &config, Usage { rowwise: true, columnwise: true }, false).unwrap();
         for direction in [Direction::Rowwise, Direction::Columnwise] {
             let context = format!("{:?} {direction:?}", config.format());
             // The reference dequantization of the very codes the backend wrote.
             let reference = q.to_host().unwrap().dequantize(direction).unwrap();
-            let dq = B::lowp_dequantize(&q, direction).unwrap();
+            let dq = B::quantize_dequantize(&q, direction).unwrap();
             assert_eq!(read_f32::<B>(dq.clone()), reference, "{context}: dequantized copy");
             let limit_value = 0.5f32;
-            let limit = B::float_from_host(
+            let limit = B::bytes_float_from_host(
                 &HostMatrix::new("limit", 1, 1, InputDtype::F32, vec![limit_value]).unwrap(),
                 device,
             );
-            let partials = read_partials::<B>(&B::lowp_tensor_stats(x.clone(), Some((dq, limit)), None).unwrap());
+            let partials = read_partials::<B>(&B::stats_tensor(x.clone(), Some((dq, limit)), None).unwrap());
             assert_partials_match(
                 &partials,
                 &records(stats::tile_partials(&m.values, rows, cols, Some((&reference, &[limit_value])), None), rows, cols),
@@ -220,8 +220,8 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
     let layout = host_group_layout::<B>(&splits, tokens, device);
     let labels: Vec<u32> = host.row_group.iter().map(|&g| g as u32).collect();
     let limits = [0.5f32, 1.0, 2.0, 0.25];
-    let limit_tensor = B::float_from_host(&HostMatrix::new("limits", 1, count, InputDtype::F32, limits.to_vec()).unwrap(), device);
-    let xt = B::float_from_host(&x, device);
+    let limit_tensor = B::bytes_float_from_host(&HostMatrix::new("limits", 1, count, InputDtype::F32, limits.to_vec()).unwrap(), device);
+    let xt = B::bytes_float_from_host(&x, device);
     let row_slice = |values: &[f32], g: usize| {
         let group = groups[g];
         values[group.start * cols..(group.start + group.used) * cols].to_vec()
@@ -234,18 +234,18 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
             assert_eq!(got.numel, 0, "{context}: group {g} has no tokens");
             return;
         }
-        let part = |v: Vec<f32>| B::float_from_host(&HostMatrix::new("slice", used, cols, InputDtype::F32, v).unwrap(), device);
+        let part = |v: Vec<f32>| B::bytes_float_from_host(&HostMatrix::new("slice", used, cols, InputDtype::F32, v).unwrap(), device);
         let error = error.map(|dq| {
             let limit = HostMatrix::new("limit", 1, 1, InputDtype::F32, vec![limits[g]]).unwrap();
-            (part(row_slice(dq, g)), B::float_from_host(&limit, device))
+            (part(row_slice(dq, g)), B::bytes_float_from_host(&limit, device))
         });
-        let alone = B::lowp_tensor_stats(part(row_slice(&x.values, g)), error, None).unwrap();
+        let alone = B::stats_tensor(part(row_slice(&x.values, g)), error, None).unwrap();
         let want = TensorStats::from_partial_bytes(&B::bytes_to_host(&alone));
         assert_eq!(got, want, "{context}: group {g}");
         assert_eq!(got.numel, (used * cols) as u64, "{context}: group {g} elements");
     };
     let row_labels = stats::RowLabels { row_group: &labels, count };
-    let grouped = B::lowp_tensor_stats(xt.clone(), None, Some((layout.row_group.clone(), count))).unwrap();
+    let grouped = B::stats_tensor(xt.clone(), None, Some((layout.row_group.clone(), count))).unwrap();
     let grouped = B::bytes_to_host(&grouped);
     let reference = records(stats::tile_partials(&x.values, x.rows, cols, None, Some(row_labels)), x.rows, cols);
     assert_partials_match(&stats::partials_from_bytes(&grouped), &reference, "grouped");
@@ -253,10 +253,10 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
         check_group(&grouped, g, None, "grouped");
     }
     for (name, config) in crate::suite::configs() {
-        let q = B::lowp_quantize_grouped(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()).unwrap();
+        let q = B::grouped_quantize(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()).unwrap();
         for direction in [Direction::Rowwise, Direction::Columnwise] {
             let context = format!("{name} {direction:?}");
-            let dq = B::lowp_grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
+            let dq = B::grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
             let dq = read_f32::<B>(dq);
             let by_group = read_f32::<B>(dequantize_group_by_group::<B>(&q, direction, &layout.groups).unwrap());
             for (row, &g) in labels.iter().enumerate() {
@@ -268,8 +268,8 @@ pub fn check_grouped_stats<B: LowpBackend>(device: &B::Device) {
                     );
                 }
             }
-            let dqt = B::float_from_host(&HostMatrix::new("dq", x.rows, cols, InputDtype::F32, dq.clone()).unwrap(), device);
-            let grouped = B::lowp_tensor_stats(
+            let dqt = B::bytes_float_from_host(&HostMatrix::new("dq", x.rows, cols, InputDtype::F32, dq.clone()).unwrap(), device);
+            let grouped = B::stats_tensor(
                 xt.clone(),
                 Some((dqt, limit_tensor.clone())),
                 Some((layout.row_group.clone(), count)),
@@ -291,9 +291,9 @@ fn overflow_limit<B: LowpBackend>(q: &QuantizedTensor<B>, direction: Direction, 
     let storage = q.quantized(direction).unwrap();
     match (&storage.format, &storage.scales) {
         (QuantFormat::Fp8Tensor { fp8 }, StorageScales::TensorScaleInv(s)) => {
-            B::float_mul_scalar(B::float_from_bytes(s, [1, groups]), fp8.max().into())
+            B::float_mul_scalar(B::bytes_as_float(s, [1, groups]), fp8.max().into())
         }
-        _ => B::float_from_bytes(&B::bytes_from_host(f32::INFINITY.to_le_bytes().repeat(groups), device), [1, groups]),
+        _ => B::bytes_as_float(&B::bytes_from_host(f32::INFINITY.to_le_bytes().repeat(groups), device), [1, groups]),
     }
 }
 
@@ -335,7 +335,7 @@ fn check_direction_sets<B: LowpBackend>(
     decoded == Some(true)
 }
 
-/// The statistics pass that decodes FP8 codes itself (`lowp_quantization_stats`) equals its
+/// The statistics pass that decodes FP8 codes itself (`stats_quantization`) equals its
 /// unfused twin (dequantize, the overflow limit from the scales, then the statistics pass) bit
 /// for bit: FP8 per-tensor and block formats, each direction alone and both in one pass, every
 /// dtype, plain tensors (also with the token rows cut short of the codes' rows, as a token
@@ -363,26 +363,26 @@ pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtyp
             // Only per-tensor scales have an overflow limit: the smaller scale is their case.
             let sources = if matches!(config, FormatConfig::Fp8Current(_)) { 2 } else { 1 };
             for (source, copy_of) in [("own copy", &m), ("4x smaller scale", &quarter)].into_iter().take(sources) {
-                let q = B::lowp_quantize(B::float_from_host(copy_of, device), &config, Usage::BOTH, false).unwrap();
+                let q = B::quantize_tensor(B::bytes_float_from_host(copy_of, device), &config, Usage::BOTH, false).unwrap();
                 for data_rows in [rows, rows - 3] {
                     let context = format!("{name} {dtype:?} {source} {data_rows} of {rows} rows");
-                    let xs = B::float_from_host(
+                    let xs = B::bytes_float_from_host(
                         &HostMatrix::new("x", data_rows, cols, dtype, m.values[..data_rows * cols].to_vec()).unwrap(),
                         device,
                     );
                     let unfused = |direction: Direction| {
-                        let dq = read_f32::<B>(B::lowp_dequantize(&q, direction).unwrap());
-                        let dq = B::float_from_host(
+                        let dq = read_f32::<B>(B::quantize_dequantize(&q, direction).unwrap());
+                        let dq = B::bytes_float_from_host(
                             &HostMatrix::new("dq", data_rows, cols, InputDtype::F32, dq[..data_rows * cols].to_vec()).unwrap(),
                             device,
                         );
-                        B::lowp_tensor_stats(xs.clone(), Some((dq, overflow_limit::<B>(&q, direction, 1, device))), None).unwrap()
+                        B::stats_tensor(xs.clone(), Some((dq, overflow_limit::<B>(&q, direction, 1, device))), None).unwrap()
                     };
-                    let fused = |set: &[Direction]| B::lowp_quantization_stats(xs.clone(), &q, set, None).unwrap();
+                    let fused = |set: &[Direction]| B::stats_quantization(xs.clone(), &q, set, None).unwrap();
                     let was_decoded = check_direction_sets::<B>(fused, unfused, &context);
                     assert_eq!(was_decoded, decoded(&config), "{context}: whether the backend decodes this format");
                     if was_decoded && source != "own copy" {
-                        let got = B::lowp_quantization_stats(xs.clone(), &q, &[Direction::Rowwise], None).unwrap().unwrap();
+                        let got = B::stats_quantization(xs.clone(), &q, &[Direction::Rowwise], None).unwrap().unwrap();
                         let overflows = TensorStats::from_partials(&read_partials::<B>(&got[0])).overflows;
                         assert!(overflows > 0.0, "{context}: the smaller scale must overflow");
                     }
@@ -394,21 +394,21 @@ pub fn check_decoded_quantization_stats<B: LowpBackend>(device: &B::Device, dtyp
         let count = splits.len();
         let (xg, _) = crate::suite::grouped_input(&splits, tokens, cols, dtype, 37);
         let layout = host_group_layout::<B>(&splits, tokens, device);
-        let xt = B::float_from_host(&xg, device);
+        let xt = B::bytes_float_from_host(&xg, device);
         for (name, config) in configs.clone() {
-            let q = match B::lowp_quantize_grouped(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()) {
+            let q = match B::grouped_quantize(xt.clone(), &layout.groups, &config, Usage::BOTH, Default::default()) {
                 Ok(q) => q,
                 // (A format the grouped quantize does not take is no case here.)
                 Err(_) => continue,
             };
             let context = format!("grouped {name} {dtype:?}");
             let unfused = |direction: Direction| {
-                let dq = B::lowp_grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
+                let dq = B::grouped_dequantize(&q, direction, &layout.groups, &layout.row_group).unwrap();
                 let labels = Some((layout.row_group.clone(), count));
-                B::lowp_tensor_stats(xt.clone(), Some((dq, overflow_limit::<B>(&q, direction, count, device))), labels).unwrap()
+                B::stats_tensor(xt.clone(), Some((dq, overflow_limit::<B>(&q, direction, count, device))), labels).unwrap()
             };
             let fused = |set: &[Direction]| {
-                B::lowp_quantization_stats(xt.clone(), &q, set, Some((&layout.groups, layout.row_group.clone()))).unwrap()
+                B::stats_quantization(xt.clone(), &q, set, Some((&layout.groups, layout.row_group.clone()))).unwrap()
             };
             let was_decoded = check_direction_sets::<B>(fused, unfused, &context);
             assert_eq!(was_decoded, decoded(&config), "{context}: whether the backend decodes this format");

@@ -5,8 +5,10 @@
 
 use burn_lowp_kernels::cubecl::prelude::*;
 use burn_lowp_kernels::cubecl::server::Handle;
-use burn_lowp_kernels::launch::{Fp8Scales, InputMatrix, RowGroups};
-use burn_lowp_kernels::reduce::planes_of_32;
+use burn_lowp_kernels::cast::dequantize::Fp8Scales;
+use burn_lowp_kernels::grouped::group_layout::RowGroups;
+use burn_lowp_kernels::util::matrix::InputMatrix;
+use burn_lowp_kernels::util::reduce::planes_of_32;
 use burn_lowp_kernels::stats::{
     stats_records, tensor_stats_with_trees, Fp8Codes, Fp8Copy, RowLabels, StatsError, STAT_FIELDS,
 };

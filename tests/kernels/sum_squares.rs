@@ -1,10 +1,10 @@
-//! `burn_lowp_kernels::sum_squares` (the gradient norm of `FusedAdamW`'s clipping) against an f64
-//! sum on the host, on sizes from a few pairs to several loop steps of every unit (more pairs than
-//! the first pass's units times the pairs each loads per step), in f32 and bf16 words.
+//! `burn_lowp_kernels::optim::sum_squares` (the gradient norm of `FusedAdamW`'s clipping) against
+//! an f64 sum on the host, on sizes from a few pairs to several loop steps of every unit (more
+//! pairs than the first pass's units times the pairs each loads per step), in f32 and bf16 words.
 
-use burn_lowp_kernels::codec::ElemKind;
+use burn_lowp_kernels::util::elements::ElemKind;
 use burn_lowp_kernels::cubecl::prelude::*;
-use burn_lowp_kernels::sum_squares::sum_squares;
+use burn_lowp_kernels::optim::sum_squares::sum_squares;
 
 use crate::common::read_words;
 

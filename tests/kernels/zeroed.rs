@@ -1,9 +1,10 @@
-//! `burn_lowp_kernels::zeroed::zeroed_words`, the arena of zeroed accumulator words: every slot
-//! reads zero when handed out, even after earlier slots were written, and slots never overlap
+//! `burn_lowp_kernels::util::zeroed::zeroed_words`, the arena of zeroed accumulator words: every
+//! slot reads zero when handed out, even after earlier slots were written, and slots never overlap
 //! (also across a new arena replacing a full one).
 
 use burn_lowp_kernels::cubecl::prelude::*;
-use burn_lowp_kernels::zeroed::zeroed_words;
+use burn_lowp_kernels::util::buffers::fill;
+use burn_lowp_kernels::util::zeroed::zeroed_words;
 
 use crate::common::read_words;
 
@@ -15,7 +16,7 @@ pub fn check_zeroed_words<R: Runtime>(device: &R::Device) {
         let n = 1 + i % 70;
         let slot = zeroed_words(&client, n);
         assert!(read_words(&client, &slot, n).iter().all(|&w| w == 0), "slot {i} ({n} words) not zero");
-        burn_lowp_kernels::fill(&client, &slot, n, i as u32 + 1);
+        fill(&client, &slot, n, i as u32 + 1);
         slots.push((slot, n));
     }
     for (i, (slot, n)) in slots.iter().enumerate() {

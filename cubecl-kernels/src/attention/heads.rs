@@ -1,0 +1,280 @@
+//! Attention's head layout in one pass each way. A fused QKV projection gives token rows
+//! `x [batch · seq, parts · heads · head]` (row `b · seq + s`, column `(p · heads + h) · head + d`
+//! for part p: q, k, v); attention wants each part as `[batch · heads, seq, head]` (row
+//! `(b · heads + h) · seq + s`). Burn gets there with a reshape, a dimension swap and a narrow
+//! per part, which copy forward and, in backward, fill zeros, assign slices and add the three
+//! parts' gradients over the whole QKV tensor.
+//!
+//! * `split_heads` writes the parts apart, rotating the first `rope_parts` of them (RoPE, as the
+//!   `rope` kernel does: `rope::rotate_pair`, position `s`) on the way;
+//! * `merge_heads` is its transpose: the parts back into token rows, the first `rope_parts`
+//!   rotated backwards (`inverse`: RoPE's gradient), which is also attention's output projection
+//!   layout (one part, no rotation).
+//!
+//! One unit moves one element pair; rotated parts compute in f32 and round to the dtype once,
+//! the others are copied word for word.
+
+use crate::attention::rope::rotate_pair;
+use crate::util::buffers::arg;
+use crate::util::elements::ElemKind;
+use crate::util::error::KernelError;
+use crate::util::pairs::{load_pair, store_pair};
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+/// Units per cube.
+pub const HEADS_UNITS: usize = 256;
+
+/// Where unit `pair` of a split or merge works: its part p, its pair r within the part
+/// (elements `2r, 2r + 1` of the part's `[batch · heads, seq, head]` layout), the pair's element
+/// index in the token rows, and its frequency entry (sequence position s: `freq[s, 2·(r % half)]`).
+#[cube]
+fn place(
+    pair: usize,
+    pairs_per_part: usize,
+    parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+) -> (usize, usize, usize, usize) {
+    let p = pair / pairs_per_part;
+    let r = pair % pairs_per_part;
+    let d2 = r % half;
+    let t = r / half;
+    let s = t % seq;
+    let bh = t / seq;
+    let h = bh % heads;
+    let b = bh / heads;
+    let row = ((((b * seq + s) * parts + p) * heads + h) * half + d2) * 2;
+    (p, r, row, (s * half + d2) * 4)
+}
+
+/// Moves the pair at element `from` of `input` to element `to` of `out`, rotated when `rotate`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn move_pair(
+    input: &Array<u32>,
+    from: usize,
+    out: &mut Array<u32>,
+    to: usize,
+    rotate: bool,
+    freq: &Array<f32>,
+    f: usize,
+    #[comptime] kind: ElemKind,
+    #[comptime] inverse: bool,
+) {
+    if rotate {
+        let (a, b) = load_pair(input, from, kind);
+        let (ya, yb) = rotate_pair(a, b, freq, f, inverse);
+        store_pair(out, to, ya, yb, kind);
+    } else {
+        match kind {
+            ElemKind::F32 => {
+                out[to] = input[from];
+                out[to + 1] = input[from + 1];
+            }
+            _ => {
+                out[to / 2] = input[from / 2];
+            }
+        }
+    }
+}
+
+/// The shape of a head split: token rows `[batch · seq, parts · heads · head]` and `parts` parts
+/// `[batch · heads, seq, head]`, the first `rope_parts` rotated with frequencies for positions
+/// `0..seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadLayout {
+    pub batch: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub head: usize,
+    pub parts: usize,
+    pub rope_parts: usize,
+}
+
+impl HeadLayout {
+    fn check(&self, freq_rows: Option<usize>) -> Result<(), KernelError> {
+        let HeadLayout { batch, seq, heads, head, parts, rope_parts } = *self;
+        let rope_ok = rope_parts == 0 || freq_rows.is_some_and(|rows| rows >= seq);
+        if batch == 0 || seq == 0 || heads == 0 || head == 0 || head % 2 != 0 || !(1..=3).contains(&parts) || rope_parts > parts || !rope_ok {
+            return Err(KernelError {
+                value: format!(
+                    "batch {batch}, seq {seq}, {heads} heads of {head}, {parts} parts ({rope_parts} rotated), frequencies for {freq_rows:?} positions"
+                ),
+                rule: "a head split has 1 to 3 parts of heads of an even size, and frequencies for every position of the rotated ones".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn pairs_per_part(&self) -> usize {
+        self.batch * self.seq * self.heads * self.head / 2
+    }
+
+    /// Bytes of one part.
+    pub fn part_bytes(&self, kind: ElemKind) -> usize {
+        self.pairs_per_part() * 2 * kind.bytes()
+    }
+
+    /// The frequency table's argument, or a buffer of its own where no part rotates (wgpu
+    /// rejects a buffer bound both read-only and writable in one dispatch).
+    fn freq_arg<R: Runtime>(&self, client: &ComputeClient<R>, freq: Option<(&Handle, usize)>) -> ArrayArg<R> {
+        match freq {
+            Some((handle, rows)) => arg(handle, rows * self.head * 2),
+            None => arg(&client.empty(4), 1),
+        }
+    }
+
+    fn cubes<R: Runtime>(&self, client: &ComputeClient<R>) -> CubeCount {
+        let units = self.pairs_per_part() * self.parts;
+        cubecl::server::CubeCountSelection::new(client, units.div_ceil(HEADS_UNITS).max(1) as u32).cube_count()
+    }
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn split_heads_kernel(
+    x: &Array<u32>,
+    freq: &Array<f32>,
+    out0: &mut Array<u32>,
+    out1: &mut Array<u32>,
+    out2: &mut Array<u32>,
+    pairs_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if pair < pairs_per_part * parts {
+        let (p, r, from, f) = place(pair, pairs_per_part, parts, heads, seq, half);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_pair(x, from, out0, 2 * r, rotate, freq, f, kind, false);
+        } else if p == 1 {
+            move_pair(x, from, out1, 2 * r, rotate, freq, f, kind, false);
+        } else {
+            move_pair(x, from, out2, 2 * r, rotate, freq, f, kind, false);
+        }
+    }
+}
+
+/// The parts of token rows `x` (`layout`'s `[batch · seq, parts · heads · head]`, contiguous) as
+/// `[batch · heads, seq, head]` buffers, the first `rope_parts` rotated with `freq`
+/// (`[max_seq, head, 2]` f32 and its row count, as `rope` takes them).
+pub fn split_heads<R: Runtime>(
+    client: &ComputeClient<R>,
+    x: &Handle,
+    kind: ElemKind,
+    freq: Option<(&Handle, usize)>,
+    layout: HeadLayout,
+) -> Result<Vec<Handle>, KernelError> {
+    layout.check(freq.map(|(_, rows)| rows))?;
+    let part_words = layout.part_bytes(kind).div_ceil(4);
+    let outs: Vec<Handle> = (0..layout.parts).map(|_| client.empty(part_words * 4)).collect();
+    // Parts past `parts` bind buffers of their own.
+    let out = |p: usize| match outs.get(p) {
+        Some(h) => arg(h, part_words),
+        None => arg(&client.empty(4), 1),
+    };
+    let freq_arg = layout.freq_arg(client, freq);
+    unsafe {
+        split_heads_kernel::launch_unchecked::<R>(
+            client,
+            layout.cubes(client),
+            CubeDim::new_1d(HEADS_UNITS as u32),
+            arg(x, part_words * layout.parts),
+            freq_arg,
+            out(0),
+            out(1),
+            out(2),
+            layout.pairs_per_part(),
+            layout.parts,
+            layout.rope_parts,
+            layout.heads,
+            layout.seq,
+            layout.head / 2,
+            kind,
+        )
+    };
+    Ok(outs)
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn merge_heads_kernel(
+    in0: &Array<u32>,
+    in1: &Array<u32>,
+    in2: &Array<u32>,
+    freq: &Array<f32>,
+    out: &mut Array<u32>,
+    pairs_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let pair = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if pair < pairs_per_part * parts {
+        let (p, r, to, f) = place(pair, pairs_per_part, parts, heads, seq, half);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_pair(in0, 2 * r, out, to, rotate, freq, f, kind, true);
+        } else if p == 1 {
+            move_pair(in1, 2 * r, out, to, rotate, freq, f, kind, true);
+        } else {
+            move_pair(in2, 2 * r, out, to, rotate, freq, f, kind, true);
+        }
+    }
+}
+
+/// `split_heads` transposed: the `[batch · heads, seq, head]` parts back into token rows
+/// `[batch · seq, parts · heads · head]`, the first `rope_parts` rotated backwards.
+pub fn merge_heads<R: Runtime>(
+    client: &ComputeClient<R>,
+    parts: &[&Handle],
+    kind: ElemKind,
+    freq: Option<(&Handle, usize)>,
+    layout: HeadLayout,
+) -> Result<Handle, KernelError> {
+    layout.check(freq.map(|(_, rows)| rows))?;
+    if parts.len() != layout.parts {
+        return Err(KernelError {
+            value: format!("{} buffers for {} parts", parts.len(), layout.parts),
+            rule: "one buffer per part".into(),
+        });
+    }
+    let part_words = layout.part_bytes(kind).div_ceil(4);
+    let out = client.empty(part_words * 4 * layout.parts);
+    let input = |p: usize| match parts.get(p) {
+        Some(h) => arg(h, part_words),
+        None => arg(&client.empty(4), 1),
+    };
+    let freq_arg = layout.freq_arg(client, freq);
+    unsafe {
+        merge_heads_kernel::launch_unchecked::<R>(
+            client,
+            layout.cubes(client),
+            CubeDim::new_1d(HEADS_UNITS as u32),
+            input(0),
+            input(1),
+            input(2),
+            freq_arg,
+            arg(&out, part_words * layout.parts),
+            layout.pairs_per_part(),
+            layout.parts,
+            layout.rope_parts,
+            layout.heads,
+            layout.seq,
+            layout.head / 2,
+            kind,
+        )
+    };
+    Ok(out)
+}
