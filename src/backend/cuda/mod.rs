@@ -3,11 +3,14 @@
 //! streams' kernels), the operands laid out for it (`gemm.rs`: one GEMM or a group of them;
 //! `batched.rs`: strided batches; `grouped.rs`: grouped MoE GEMMs), our Hopper grouped GEMM
 //! (`sm90_grouped.rs` with its kernel `sm90/grouped_gemm.cu`), and which CUDA device a CubeCL
-//! client is (`device.rs`). `cube/` calls in here where `R` is CubeCL's CUDA runtime.
+//! client is (`device.rs`), and other work of ours on CubeCL's buffers ordered against CubeCL's
+//! stream as the GEMMs are (`external_work.rs`: the collectives of several GPUs). `cube/` calls in
+//! here where `R` is CubeCL's CUDA runtime.
 
 pub(crate) mod batched;
 pub mod cublaslt;
 pub mod device;
+pub mod external_work;
 pub mod gemm;
 pub mod grouped;
 pub mod sm90_grouped;
