@@ -1,6 +1,7 @@
 //! The multi-GPU foundation's CPU side (`burn_lowp::dist`): launch variables, the TCP rendezvous
 //! and liveness channel over loopback (threads as ranks), the watchdog with fake events, the
-//! expert-parallel arithmetic, and the `--nproc-per-node` launcher with `/bin/sh` children. No
+//! expert-parallel arithmetic, the `--nproc-per-node` launcher with `/bin/sh` children, and data
+//! parallel gradient averaging with threads as ranks. No
 //! GPU and no NCCL: what needs them runs on a GPU machine (docs/multi-gpu.md).
 
 #[path = "dist/env.rs"]
@@ -24,3 +25,6 @@ mod nccl_version;
 #[cfg(unix)]
 #[path = "dist/launcher.rs"]
 mod launcher;
+
+#[path = "dist/grad_reduce.rs"]
+mod grad_reduce;

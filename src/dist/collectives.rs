@@ -10,7 +10,8 @@ use std::sync::Arc;
 use burn_lowp_kernels::cubecl::server::Handle;
 
 use super::collective_stream::CollectiveStream;
-use super::nccl::{Communicator, ReduceDtype, ReduceOp};
+use super::grad_reduce::ReduceOp;
+use super::nccl::{Communicator, ReduceDtype};
 use crate::error::{LowpError, Result};
 
 #[derive(Clone)]

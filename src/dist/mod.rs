@@ -8,6 +8,8 @@
 //! * `fault`: a rank's first fault, the hooks it runs (abort NCCL, tell the others), the exit;
 //! * `watchdog`: every queued collective watched until the GPU has passed it;
 //! * `split`: expert-parallel arithmetic: groups, expert owners, all-to-all splits;
+//! * `grad_reduce`: data parallelism's gradient averaging in buckets over flat buffers, written
+//!   against `TensorAllReduce` (NCCL on CubeCL tensors: `tensor_collectives`);
 //! * `nccl_version`: the NCCL version rule (at least 2.18);
 //! * behind the `nccl` feature: `nccl` (the communicator over cudarc's NCCL bindings),
 //!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
@@ -18,6 +20,7 @@
 
 pub mod env;
 pub mod fault;
+pub mod grad_reduce;
 pub mod launcher;
 pub mod liveness;
 pub mod nccl_version;
@@ -33,9 +36,12 @@ pub mod collectives;
 pub mod group;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+#[cfg(feature = "nccl")]
+pub mod tensor_collectives;
 
 pub use env::LaunchEnv;
 pub use fault::FaultState;
+pub use grad_reduce::{reduce_gradients, GradReduceOptions, ReduceOp, TensorAllReduce};
 pub use rendezvous::Fingerprint;
 pub use split::{AllToAllSplits, ExpertSharding, ParallelLayout};
 
@@ -44,4 +50,4 @@ pub use collectives::Collectives;
 #[cfg(feature = "nccl")]
 pub use group::ProcessGroup;
 #[cfg(feature = "nccl")]
-pub use nccl::{ReduceDtype, ReduceOp};
+pub use nccl::ReduceDtype;

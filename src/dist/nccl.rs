@@ -23,6 +23,7 @@ use cudarc::nccl::sys;
 use sys::ncclResult_t as Code;
 
 use super::fault::FaultState;
+use super::grad_reduce::ReduceOp;
 use super::nccl_version::{NcclVersion, BINDINGS_NCCL};
 use super::watchdog::{Completion, Watchdog};
 use crate::error::{LowpError, Result};
@@ -30,21 +31,11 @@ use crate::error::{LowpError, Result};
 /// Bytes of NCCL's unique id (`NCCL_UNIQUE_ID_BYTES`), which the rendezvous carries.
 pub const UNIQUE_ID_BYTES: usize = 128;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    /// The sum divided by the communicator's size, in NCCL (`ncclAvg`).
-    Avg,
-}
-
-impl ReduceOp {
-    fn nccl(self) -> sys::ncclRedOp_t {
-        match self {
-            ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
-            ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
-            ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
-        }
+fn nccl_op(op: ReduceOp) -> sys::ncclRedOp_t {
+    match op {
+        ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
+        ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
+        ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
     }
 }
 
@@ -395,7 +386,7 @@ impl Communicator {
                     recv as *mut c_void,
                     count,
                     dtype.nccl(),
-                    op.nccl(),
+                    nccl_op(op),
                     comm,
                     stream as sys::cudaStream_t,
                 )
