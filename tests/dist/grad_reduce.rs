@@ -1,12 +1,13 @@
 //! Data parallel gradient averaging (`dist::reduce_gradients`) with threads as ranks: each rank
-//! takes its shard of a batch, the gradients averaged over a CPU stand-in for NCCL equal the
-//! gradients of the whole batch on one rank.
+//! has its own gradients; after the reduction over a CPU stand-in for NCCL, every rank holds the
+//! mean of them, a parameter no rank had a gradient for holds zeros, and the buckets respect the
+//! cap.
 
 use std::sync::{Arc, Barrier, Mutex};
 
 use burn::backend::{Autodiff, NdArray};
-use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
+use burn::module::{Module, Param};
+use burn::nn::Linear;
 use burn::optim::GradientsParams;
 use burn::tensor::{Tensor, TensorData};
 use burn_lowp::dist::grad_reduce::gradient_buckets;
@@ -51,30 +52,35 @@ impl TensorAllReduce<Inner> for ThreadGroup {
     }
 }
 
-#[derive(Module, Clone, Debug)]
-struct TwoLayers<Bk: burn::tensor::backend::Backend> {
-    first: Linear<Bk>,
-    second: Linear<Bk>,
-    /// Never used in the forward pass: no rank has a gradient for it.
-    unused: Linear<Bk>,
+#[derive(Module, Debug)]
+// The generic must be named `B`: Burn's derive takes fields of other generics for constants.
+struct TwoLayers<B: burn::tensor::backend::Backend> {
+    first: Linear<B>,
+    second: Linear<B>,
+    /// No rank has a gradient for it.
+    unused: Linear<B>,
 }
 
-fn batch(rows: std::ops::Range<usize>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+/// Rank `rank`'s gradients: known values for `first` and `second`, none for `unused` (as for
+/// a parameter the rank's shard never reached).
+fn grads_of(model: &TwoLayers<B>, rank: usize) -> GradientsParams {
     let device = Default::default();
-    let n = rows.len();
-    let x: Vec<f32> = rows.clone().flat_map(|r| (0..4).map(move |c| ((r * 7 + c * 3) % 11) as f32 / 5.0 - 1.0)).collect();
-    let y: Vec<f32> = rows.flat_map(|r| (0..2).map(move |c| ((r * 5 + c) % 7) as f32 / 3.0 - 1.0)).collect();
-    (
-        Tensor::from_data(TensorData::new(x, [n, 4]), &device),
-        Tensor::from_data(TensorData::new(y, [n, 2]), &device),
-    )
+    let mut grads = GradientsParams::new();
+    let values = |n: usize, salt: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7 + salt * 5 + rank * 3) % 23) as f32 / 8.0 - 1.0).collect() };
+    for (k, linear) in [&model.first, &model.second].into_iter().enumerate() {
+        let [d_in, d_out] = linear.weight.val().dims();
+        let w = Tensor::<Inner, 2>::from_data(TensorData::new(values(d_in * d_out, k), [d_in, d_out]), &device);
+        grads.register::<Inner, 2>(linear.weight.id, w);
+        let b = Tensor::<Inner, 1>::from_data(TensorData::new(values(d_out, k + 2), [d_out]), &device);
+        grads.register::<Inner, 1>(linear.bias.as_ref().unwrap().id, b);
+    }
+    grads
 }
 
-fn grads_of(model: &TwoLayers<B>, rows: std::ops::Range<usize>) -> GradientsParams {
-    let (x, y) = batch(rows);
-    let out = model.second.forward(model.first.forward(x).tanh());
-    let loss = (out - y).powi_scalar(2).mean();
-    GradientsParams::from_grads::<B, _>(loss.backward(), model)
+/// The mean over `world` ranks of their gradients, flat.
+fn expected(model: &TwoLayers<B>, world: usize) -> Vec<f32> {
+    let all: Vec<Vec<f32>> = (0..world).map(|r| flat(&grads_of(model, r), model)).collect();
+    (0..all[0].len()).map(|i| all.iter().map(|g| g[i]).sum::<f32>() / world as f32).collect()
 }
 
 fn flat(grads: &GradientsParams, model: &TwoLayers<B>) -> Vec<f32> {
@@ -88,22 +94,31 @@ fn flat(grads: &GradientsParams, model: &TwoLayers<B>) -> Vec<f32> {
     out
 }
 
+/// A linear layer with fixed weights, initialized now (a lazily initialized parameter would be
+/// initialized once per clone, differently on each rank).
+fn linear(d_in: usize, d_out: usize, device: &burn::tensor::Device<B>) -> Linear<B> {
+    let values = |n: usize, salt: usize| -> Vec<f32> { (0..n).map(|i| ((i * 13 + salt) % 17) as f32 / 17.0 - 0.5).collect() };
+    Linear {
+        weight: Param::from_tensor(Tensor::from_data(TensorData::new(values(d_in * d_out, d_in), [d_in, d_out]), device)),
+        bias: Some(Param::from_tensor(Tensor::from_data(TensorData::new(values(d_out, d_out), [d_out]), device))),
+    }
+}
+
 fn run_ranks(world: usize, options: GradReduceOptions) -> (TwoLayers<B>, Vec<GradientsParams>, Vec<Vec<usize>>) {
     let device = Default::default();
     let model = TwoLayers::<B> {
-        first: LinearConfig::new(4, 8).init(&device),
-        second: LinearConfig::new(8, 2).init(&device),
-        unused: LinearConfig::new(3, 3).init(&device),
+        first: linear(4, 8, &device),
+        second: linear(8, 2, &device),
+        unused: linear(3, 3, &device),
     };
     let slots = Arc::new(Mutex::new(vec![Vec::new(); world]));
     let barrier = Arc::new(Barrier::new(world));
-    let rows = 12 / world;
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             let (model, slots, barrier) = (model.clone(), slots.clone(), barrier.clone());
             std::thread::spawn(move || {
                 let group = ThreadGroup { rank, slots, barrier, calls: Mutex::new(Vec::new()) };
-                let grads = grads_of(&model, rank * rows..(rank + 1) * rows);
+                let grads = grads_of(&model, rank);
                 let reduced = reduce_gradients::<B, _>(&model, grads, &group, options).unwrap();
                 (reduced, group.calls.into_inner().unwrap())
             })
@@ -114,9 +129,9 @@ fn run_ranks(world: usize, options: GradReduceOptions) -> (TwoLayers<B>, Vec<Gra
 }
 
 #[test]
-fn averaged_shard_gradients_equal_the_whole_batch_gradients() {
+fn every_rank_gets_the_mean_of_the_ranks_gradients() {
     let (model, ranks, calls) = run_ranks(3, GradReduceOptions::default());
-    let whole = flat(&grads_of(&model, 0..12), &model);
+    let whole = expected(&model, 3);
     for grads in &ranks {
         let got = flat(grads, &model);
         assert_eq!(got.len(), whole.len());
@@ -136,7 +151,7 @@ fn averaged_shard_gradients_equal_the_whole_batch_gradients() {
 fn a_small_bucket_cap_splits_the_reduction_and_changes_nothing() {
     let options = GradReduceOptions { in_fp32: true, bucket_elements: 20 };
     let (model, ranks, calls) = run_ranks(2, options);
-    let whole = flat(&grads_of(&model, 0..12), &model);
+    let whole = expected(&model, 2);
     for grads in &ranks {
         for (g, w) in flat(grads, &model).iter().zip(&whole) {
             assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "{g} vs {w}");
