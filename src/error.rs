@@ -43,6 +43,11 @@ pub enum LowpError {
     /// A file could not be read, parsed or written.
     #[error("{path}: {message}")]
     File { path: String, message: String },
+
+    /// A multi-process run cannot start or go on: a rank disagrees, dies or times out, or a
+    /// collective fails (`dist`). The message names the ranks involved.
+    #[error("distributed run: {message}")]
+    Distributed { message: String },
 }
 
 impl LowpError {
@@ -59,6 +64,12 @@ impl LowpError {
             what: what.into(),
             value: value.to_string(),
             rule: rule.into(),
+        }
+    }
+
+    pub fn distributed(message: impl ToString) -> Self {
+        LowpError::Distributed {
+            message: message.to_string(),
         }
     }
 

@@ -18,6 +18,7 @@
 pub mod backend;
 pub mod debug;
 mod deferred;
+pub mod dist;
 pub mod error;
 pub mod format;
 pub mod moe;

@@ -72,4 +72,10 @@ pub struct MoeTrainArgs {
     /// every module gets (one line per distinct assignment), as each run prints at its start.
     #[arg(long, conflicts_with_all = ["report", "resume"])]
     pub explain_recipe: bool,
+    /// Start this many ranks on this host, one GPU each (`LOCAL_RANK` is the CUDA device),
+    /// training data parallel: each rank takes its shard of every batch and the gradients are
+    /// averaged over the ranks (needs `--features nccl`; docs/multi-gpu.md). Taken off the
+    /// command line before it is parsed: the ranks run the other arguments.
+    #[arg(long)]
+    pub nproc_per_node: Option<usize>,
 }

@@ -16,7 +16,8 @@ use crate::data::Corpus;
 use crate::plot::{loss_curves, smooth, Curve};
 use crate::run_config::RunConfig;
 use crate::summary::{read_summaries, results_table, RunSummary};
-use crate::train::{train, TrainRun};
+use crate::parallel::DataParallel;
+use crate::train::{train_parallel, TrainRun};
 
 /// Bytes of the built-in corpus.
 const BUILT_IN_CORPUS: usize = 4 << 20;
@@ -34,11 +35,11 @@ where
     B: AutodiffBackend + LowpLinear,
     B::InnerBackend: LowpLinear + LowpBackend,
 {
-    if args.report {
-        let summaries = read_summaries(&args.out)?;
-        write_report(&args.out, &summaries)?;
-        return Ok(summaries);
-    }
+    run_parallel::<B>(args, device, memory_probe, None)
+}
+
+/// The run config of the command line: the file (or the defaults), `--steps` applied.
+pub fn load_config(args: &MoeTrainArgs) -> Result<RunConfig, LowpError> {
     let mut config = match &args.config {
         Some(path) => RunConfig::load(path)?,
         None => RunConfig::default(),
@@ -49,21 +50,48 @@ where
         }
         config.train.steps = steps;
     }
+    Ok(config)
+}
+
+/// The recipes of the command line, each read and validated, with their labels.
+pub fn load_recipes(args: &MoeTrainArgs) -> Result<Vec<(String, Recipe)>, LowpError> {
+    match (&args.recipe, args.compare.is_empty()) {
+        (_, false) => args
+            .compare
+            .iter()
+            .map(|p| Ok((label(p), Recipe::load(p)?)))
+            .collect::<Result<_, LowpError>>(),
+        (Some(path), true) => Ok(vec![(label(path), Recipe::load(path)?)]),
+        (None, true) => Ok(vec![("bf16".into(), Recipe::from_json(r#"{"recipe": "bf16"}"#)?)]),
+    }
+}
+
+/// `run` as one rank of a data parallel run (`parallel`; `None`: the only rank). Rank 0 alone
+/// writes the summaries, tables, charts and GEMM tuning files.
+pub fn run_parallel<B>(
+    args: &MoeTrainArgs,
+    device: &B::Device,
+    memory_probe: Option<&dyn Fn() -> u64>,
+    parallel: Option<&DataParallel<B::InnerBackend>>,
+) -> Result<Vec<RunSummary>, LowpError>
+where
+    B: AutodiffBackend + LowpLinear,
+    B::InnerBackend: LowpLinear + LowpBackend,
+{
+    let writer = parallel.is_none_or(|p| p.is_writer());
+    if args.report {
+        let summaries = read_summaries(&args.out)?;
+        write_report(&args.out, &summaries)?;
+        return Ok(summaries);
+    }
+    let config = load_config(args)?;
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::built_in(BUILT_IN_CORPUS),
     };
     corpus.check_fits(config.train.seq_len)?;
     // Every recipe file is read and validated before anything trains.
-    let recipes: Vec<(String, Recipe)> = match (&args.recipe, args.compare.is_empty()) {
-        (_, false) => args
-            .compare
-            .iter()
-            .map(|p| Ok((label(p), Recipe::load(p)?)))
-            .collect::<Result<_, LowpError>>()?,
-        (Some(path), true) => vec![(label(path), Recipe::load(path)?)],
-        (None, true) => vec![("bf16".into(), Recipe::from_json(r#"{"recipe": "bf16"}"#)?)],
-    };
+    let recipes = load_recipes(args)?;
     let debug = args.debug_config.as_ref().map(DebugConfig::load).transpose()?;
     if let Some(path) = args.gemm_tuning.as_ref().filter(|p| p.exists()) {
         let count = load_gemm_tuning(path)?;
@@ -82,7 +110,9 @@ where
     if labels.len() != recipes.len() {
         return Err(LowpError::invalid("--compare", "recipe names", "each recipe file needs its own file name"));
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| LowpError::file(&args.out, e))?;
+    if writer {
+        std::fs::create_dir_all(&args.out).map_err(|e| LowpError::file(&args.out, e))?;
+    }
     println!(
         "model: {} layers, hidden {}, {} experts (top-{}), data: {} ({} bytes), {} tokens/step",
         config.model.num_layers,
@@ -95,7 +125,7 @@ where
     );
     let mut summaries = Vec::new();
     for (name, recipe) in &recipes {
-        let summary = train::<B>(
+        let summary = train_parallel::<B>(
             &TrainRun {
                 config: &config,
                 recipe,
@@ -112,7 +142,12 @@ where
                 host_profile: args.host_profile.as_ref().map(|dir| dir.join(name)),
             },
             device,
+            parallel,
         )?;
+        if !writer {
+            summaries.push(summary);
+            continue;
+        }
         if debug.is_some() {
             let dir = args.out.join(name).join("debug");
             println!(
@@ -157,6 +192,9 @@ where
         summaries.push(summary);
     }
 
+    if !writer {
+        return Ok(summaries);
+    }
     if let Some(path) = &args.gemm_tuning {
         let count = save_gemm_tuning(path)?;
         println!("GEMM tuning: {count} algorithm choices written to {}", path.display());

@@ -149,10 +149,19 @@ impl Corpus {
         }
     }
 
-    /// Training micro-batch `micro` of step `step`.
+    /// Training micro-batch `micro` of step `step` (the tests' entry; training takes a rank's rows).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn batch<B: Backend>(&self, seed: u64, step: usize, micro: usize, rows: usize, seq_len: usize, device: &B::Device) -> Batch<B> {
+        self.batch_rows(seed, step, micro, 0, rows, seq_len, device)
+    }
+
+    /// Rows `first_row..first_row + rows` of training micro-batch `micro` of step `step`: a data
+    /// parallel rank's shard. The shards of all ranks, in rank order, are the one-GPU batch of
+    /// their total rows, row for row.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_rows<B: Backend>(&self, seed: u64, step: usize, micro: usize, first_row: usize, rows: usize, seq_len: usize, device: &B::Device) -> Batch<B> {
         let base = mix(seed ^ mix(((step as u64) << 20) ^ micro as u64));
-        self.windows(false, |row| mix(base ^ row as u64), rows, seq_len, device)
+        self.windows(false, |row| mix(base ^ (first_row + row) as u64), rows, seq_len, device)
     }
 
     /// Held-out batch `index`, the same for every seed and recipe.

@@ -14,13 +14,18 @@
 //! * `args`: the command line; `command`: one recipe or `--compare` several, the chart and table;
 //! * `run_config`: the config file (`configs/*.json`); `data`: byte-level text and its batches;
 //! * `train`: the training loop under one recipe; `summary`: what a run measured;
-//! * `checkpoint`: save and resume; `plot`: loss curves; `host_profile`: `--host-profile`.
+//! * `checkpoint`: save and resume; `plot`: loss curves; `host_profile`: `--host-profile`;
+//! * `parallel`: a data parallel rank's part of the loop; `distributed`: joining the ranks on
+//!   CUDA (`--features nccl`; `--nproc-per-node N` starts N ranks, torchrun's variables work too).
 
 mod args;
 mod checkpoint;
 mod command;
 mod data;
+#[cfg(feature = "nccl")]
+mod distributed;
 mod host_profile;
+mod parallel;
 mod plot;
 mod run_config;
 mod summary;
@@ -38,6 +43,7 @@ mod common;
 #[path = "../../tests/modules/suite.rs"]
 mod suite;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use burn::backend::Autodiff;
@@ -47,7 +53,23 @@ use args::MoeTrainArgs;
 use command::run;
 
 fn main() -> ExitCode {
+    let raw: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match burn_lowp::dist::launcher::take_nproc_arg(&raw) {
+        Ok((Some(n), rest)) => return launch_ranks(n, rest),
+        Ok((None, _)) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let args = MoeTrainArgs::parse();
+    let env = match burn_lowp::dist::LaunchEnv::from_env() {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let compiled = compiled_backends();
     let backend = match &args.backend {
         Some(name) if compiled.contains(&name.as_str()) => name.clone(),
@@ -63,7 +85,12 @@ fn main() -> ExitCode {
     println!("backend: {backend}");
     let result = match backend.as_str() {
         #[cfg(feature = "cuda")]
-        "cuda" => cuda::train(&args),
+        "cuda" => cuda::train(&args, env),
+        _ if env.is_distributed() => Err(burn_lowp::error::LowpError::invalid(
+            "WORLD_SIZE",
+            env.world_size,
+            "a multi-rank run needs the CUDA backend (--features nccl)",
+        )),
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::train(&args),
         #[cfg(feature = "ndarray")]
@@ -74,6 +101,24 @@ fn main() -> ExitCode {
         other => unreachable!("backend {other} was checked against the compiled ones"),
     };
     match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--nproc-per-node N`: starts N ranks of this program on this host (one GPU each) with the
+/// other arguments, and waits for them (`burn_lowp::dist::launcher`).
+fn launch_ranks(n: usize, rest: Vec<OsString>) -> ExitCode {
+    if !cfg!(feature = "nccl") {
+        eprintln!("error: --nproc-per-node needs a build with --features nccl");
+        return ExitCode::from(2);
+    }
+    let launched = burn_lowp::dist::launcher::LaunchOptions::current_exe(n, rest)
+        .and_then(|options| burn_lowp::dist::launcher::launch(&options));
+    match launched {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -101,6 +146,7 @@ fn compiled_backends() -> Vec<&'static str> {
 mod cuda {
     use burn::backend::Autodiff;
     use burn_cubecl::CubeBackend;
+    use burn_lowp::dist::LaunchEnv;
     use burn_lowp::error::LowpError;
 
     use crate::args::MoeTrainArgs;
@@ -110,9 +156,19 @@ mod cuda {
 
     /// bf16 weights and activations (the recipes' high precision), f32 master math where the
     /// recipe asks for it; cuBLASLt for the GEMMs.
-    type Backend = Autodiff<CubeBackend<CudaRuntime, half::bf16, i32, u8>>;
+    pub type Backend = Autodiff<CubeBackend<CudaRuntime, half::bf16, i32, u8>>;
 
-    pub fn train(args: &MoeTrainArgs) -> Result<(), LowpError> {
+    pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
+        if env.is_distributed() {
+            #[cfg(feature = "nccl")]
+            return crate::distributed::train(args, env);
+            #[cfg(not(feature = "nccl"))]
+            return Err(LowpError::invalid(
+                "WORLD_SIZE",
+                env.world_size,
+                "a multi-rank run needs a build with --features nccl",
+            ));
+        }
         let device = CudaDevice::default();
         // Where a build without the repository's CubeCL patches falls back (README).
         println!("{}", burn_lowp::backend::cuda::active_paths(device.index));

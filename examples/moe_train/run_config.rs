@@ -56,6 +56,14 @@ pub struct TrainConfig {
     /// Save a checkpoint every this many steps (0: only at the end).
     #[config(default = 0)]
     pub checkpoint_every: usize,
+    /// Data parallel runs: average the gradients over the ranks in FP32 (else BF16, half the
+    /// bytes on the wire, each partial sum rounded to BF16).
+    #[config(default = true)]
+    pub grad_reduce_in_fp32: bool,
+    /// Ranks that share one copy of the experts (expert parallelism). Only 1 (every rank holds
+    /// every expert) is supported so far.
+    #[config(default = 1)]
+    pub expert_parallel_size: usize,
 }
 
 impl TrainConfig {
@@ -70,6 +78,16 @@ impl TrainConfig {
             if value == 0 {
                 return Err(LowpError::invalid(format!("train.{what}"), value, "must be positive"));
             }
+        }
+        if self.expert_parallel_size == 0 {
+            return Err(LowpError::invalid("train.expert_parallel_size", 0, "must be positive"));
+        }
+        if self.expert_parallel_size > 1 {
+            return Err(LowpError::invalid(
+                "train.expert_parallel_size",
+                self.expert_parallel_size,
+                "expert parallelism is not supported yet; use 1 (data parallel over every rank)",
+            ));
         }
         if self.batch_size % self.micro_batches != 0 {
             return Err(LowpError::invalid(
@@ -92,6 +110,30 @@ impl TrainConfig {
     }
 
     /// Sequences per micro-batch.
+    /// A data parallel run over `world_size` ranks splits each micro-batch's rows evenly over the
+    /// ranks (the global batch is the config's): `batch_size / micro_batches` must be a multiple
+    /// of the world size.
+    pub fn check_world_size(&self, world_size: usize) -> Result<(), LowpError> {
+        let rows = self.micro_batch_size();
+        if world_size == 0 || rows % world_size != 0 {
+            return Err(LowpError::invalid(
+                "WORLD_SIZE",
+                world_size,
+                format!(
+                    "must divide the rows of a micro-batch (train.batch_size {} / train.micro_batches {} = {rows}): each rank takes an equal shard of the global batch",
+                    self.batch_size, self.micro_batches
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rows of a micro-batch one of `world_size` ranks takes, and the first of them for `rank`.
+    pub fn rank_rows(&self, rank: usize, world_size: usize) -> (usize, usize) {
+        let rows = self.micro_batch_size() / world_size;
+        (rank * rows, rows)
+    }
+
     pub fn micro_batch_size(&self) -> usize {
         self.batch_size / self.micro_batches
     }

@@ -100,6 +100,36 @@ fn run_config_errors_name_the_field_the_value_and_the_rule() {
     }
 }
 
+#[test]
+fn data_parallel_config_checks_and_shards() {
+    // Expert parallelism is not wired yet: a clear config error, not a silent one-GPU run.
+    let err = RunConfig::from_json(r#"{"train": {"expert_parallel_size": 2}}"#).unwrap_err().to_string();
+    assert!(err.contains("train.expert_parallel_size") && err.contains("not supported yet"), "{err}");
+    let err = RunConfig::from_json(r#"{"train": {"expert_parallel_size": 0}}"#).unwrap_err().to_string();
+    assert!(err.contains("train.expert_parallel_size"), "{err}");
+    let config = RunConfig::from_json(r#"{"train": {"batch_size": 12, "micro_batches": 2}}"#).unwrap();
+    assert!(config.train.grad_reduce_in_fp32);
+    // 6 rows a micro-batch: 1, 2, 3 and 6 ranks divide them, 4 does not.
+    for world in [1, 2, 3, 6] {
+        config.train.check_world_size(world).unwrap();
+    }
+    let err = config.train.check_world_size(4).unwrap_err().to_string();
+    assert!(err.contains("WORLD_SIZE") && err.contains("4") && err.contains("train.batch_size 12"), "{err}");
+    assert_eq!(config.train.rank_rows(2, 3), (4, 2));
+    // The ranks' shards, in rank order, are the one-GPU micro-batch row for row.
+    let corpus = Corpus::built_in(1 << 16);
+    let device = Default::default();
+    let whole = corpus.batch::<NdArray>(7, 3, 1, 6, 16, &device);
+    let shards: Vec<_> = (0..3)
+        .map(|rank| {
+            let (first, rows) = config.train.rank_rows(rank, 3);
+            corpus.batch_rows::<NdArray>(7, 3, 1, first, rows, 16, &device).tokens
+        })
+        .collect();
+    let joined = burn::tensor::Tensor::cat(shards, 0);
+    assert_eq!(joined.into_data(), whole.tokens.into_data());
+}
+
 /// A tiny model's training loss falls under every recipe file (40 steps of the built-in corpus);
 /// byte-level text starts at ln 256 = 5.55.
 #[test]

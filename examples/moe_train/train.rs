@@ -29,6 +29,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::checkpoint::{self, CheckpointState};
 use crate::data::Corpus;
 use crate::host_profile::{HostProfile, HOST_PROFILE_SKIP_STEPS};
+use crate::parallel::DataParallel;
 use crate::run_config::RunConfig;
 use crate::summary::{DebugStepCost, HostPhases, RunSummary, StepMetrics};
 
@@ -119,20 +120,37 @@ fn open_metrics(run: &TrainRun) -> Result<File, LowpError> {
     options.open(&path).map_err(|e| LowpError::file(&path, e))
 }
 
-/// Trains `run.config.train.steps` steps (or from a checkpoint to there).
+/// Trains `run.config.train.steps` steps (or from a checkpoint to there). The tests' entry; the
+/// command calls `train_parallel`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn train<B>(run: &TrainRun, device: &B::Device) -> Result<RunSummary, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
     B::InnerBackend: LowpLinear + LowpBackend,
 {
+    train_parallel::<B>(run, device, None)
+}
+
+/// `train` as one rank of a data parallel run (`parallel`; `None`: the only rank).
+pub fn train_parallel<B>(run: &TrainRun, device: &B::Device, parallel: Option<&DataParallel<B::InnerBackend>>) -> Result<RunSummary, LowpError>
+where
+    B: AutodiffBackend + LowpLinear,
+    B::InnerBackend: LowpLinear + LowpBackend,
+{
     let RunConfig { model: model_config, train } = run.config;
+    let (world_size, rank) = parallel.map_or((1, 0), |p| (p.world_size, p.rank));
+    train.check_world_size(world_size)?;
+    let writer = parallel.is_none_or(|p| p.is_writer());
+    let (first_row, rank_rows) = train.rank_rows(rank, world_size);
     run.corpus.check_fits(train.seq_len)?;
     if let Some(dir) = &run.host_profile {
         HostProfile::check(dir)?;
     }
     B::seed(device, train.seed);
     let mut model: MoeLm<B> = model_config.init(run.recipe, device)?;
-    print!("{}: {}", run.label, model.recipe_audit(run.recipe)?.listing());
+    if writer {
+        print!("{}: {}", run.label, model.recipe_audit(run.recipe)?.listing());
+    }
     // Burn's AdamW and per-parameter norm clipping, one kernel per parameter (`optim`).
     let mut optim = FusedAdamWConfig::new()
         .with_beta_1(train.beta1)
@@ -165,12 +183,18 @@ where
             recipe: recipe_json.clone(),
             quantize_calls: model.lowp_states().iter().map(|s| s.quantize_calls()).collect(),
         };
-        checkpoint::save(&run.out_dir.join("checkpoint"), model, optim, &state)
+        match writer {
+            true => checkpoint::save(&run.out_dir.join("checkpoint"), model, optim, &state),
+            false => Ok(()),
+        }
     };
 
     let num_params = model.num_params();
-    let mut metrics = open_metrics(run)?;
-    let bar = match run.progress {
+    let mut metrics = match writer {
+        true => Some(open_metrics(run)?),
+        false => None,
+    };
+    let bar = match run.progress && writer {
         true => ProgressBar::new(train.steps as u64),
         false => ProgressBar::hidden(),
     };
@@ -183,7 +207,6 @@ where
     bar.set_position(first_step as u64);
 
     let micro = train.micro_batches;
-    let rows = train.micro_batch_size();
     let syncs_before = host_syncs();
     let mut losses = Vec::new();
     let mut pending: Vec<(usize, f64, Tensor<B, 1>, Tensor<B, 1>)> = Vec::new();
@@ -194,7 +217,7 @@ where
     // The debug session lives on this thread for the training steps (not the held-out pass).
     let debug = match run.debug {
         Some(config) => {
-            let session = DebugSession::new(config.clone(), run.out_dir.join("debug"), 0)?;
+            let session = DebugSession::new(config.clone(), run.out_dir.join("debug"), rank)?;
             session.set_iteration(first_step as u64);
             Some(session)
         }
@@ -224,7 +247,7 @@ where
         let mut step_aux: Option<Tensor<B, 1>> = None;
         let mut loads: Option<Vec<Tensor<B, 1, Int>>> = None;
         for m in 0..micro {
-            let batch = run.corpus.batch::<B>(train.seed, step, m, rows, train.seq_len, device);
+            let batch = run.corpus.batch_rows::<B>(train.seed, step, m, first_row, rank_rows, train.seq_len, device);
             let first = (micro > 1).then_some(m == 0);
             let phase = Instant::now();
             let out = model.forward_loss(batch.tokens, batch.targets, first)?;
@@ -244,11 +267,18 @@ where
                 None => out.tokens_per_expert,
             });
         }
-        let loads = loads.expect("at least one micro-batch");
-        last_loads = loads.clone();
+        let mut loads = loads.expect("at least one micro-batch");
         let phase = Instant::now();
+        let mut grads = accumulator.grads();
+        if let Some(parallel) = parallel {
+            (parallel.check)()?;
+            grads = parallel.reduce_gradients::<B, _>(&model, grads)?;
+            parallel.reduce_amaxes(&model)?;
+            loads = parallel.sum_loads::<B>(loads)?;
+        }
+        last_loads = loads.clone();
         model.end_step(Some(loads))?;
-        model = optim.step(lr, model, accumulator.grads());
+        model = optim.step(lr, model, grads);
         phases.optimizer.push(phase.elapsed().as_secs_f64());
         if let Some(session) = &debug {
             step_sampled.push(session.observed_this_iteration());
@@ -271,14 +301,24 @@ where
             // The interval's one synchronisation: its losses come to the host together.
             let (steps, lrs): (Vec<usize>, Vec<f64>) = pending.iter().map(|p| (p.0, p.1)).unzip();
             let (lm, aux): (Vec<_>, Vec<_>) = pending.drain(..).map(|p| (p.2, p.3)).unzip();
-            let lm = floats(Tensor::cat(lm, 0).inner());
-            let aux = floats(Tensor::cat(aux, 0).inner());
+            let (lm, aux) = match parallel {
+                // One all-reduce for the interval's losses: the mean over the ranks' shards is
+                // the loss of the global batch.
+                Some(parallel) => {
+                    let n = lm.len();
+                    let both = parallel.average(Tensor::cat([lm, aux].concat(), 0).inner())?;
+                    let both = floats(both);
+                    (both[..n].to_vec(), both[n..].to_vec())
+                }
+                None => (floats(Tensor::cat(lm, 0).inner()), floats(Tensor::cat(aux, 0).inner())),
+            };
             let seconds = interval_start.elapsed().as_secs_f64();
             interval_start = Instant::now();
             intervals.push((steps.len(), seconds));
             let step_ms = 1e3 * seconds / steps.len() as f64;
             let tokens_per_s = (steps.len() * train.tokens_per_step()) as f64 / seconds;
-            for i in 0..steps.len() {
+            let lines = if metrics.is_some() { steps.len() } else { 0 };
+            for i in 0..lines {
                 let line = StepMetrics {
                     step: steps[i],
                     loss: lm[i],
@@ -287,7 +327,7 @@ where
                     step_ms,
                     tokens_per_s,
                 };
-                writeln!(metrics, "{}", serde_json::to_string(&line).expect("metrics serialize"))
+                writeln!(metrics.as_mut().expect("the writer's metrics"), "{}", serde_json::to_string(&line).expect("metrics serialize"))
                     .map_err(|e| LowpError::file(run.out_dir.join("metrics.jsonl"), e))?;
             }
             losses.extend_from_slice(&lm);

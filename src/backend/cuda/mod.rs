@@ -4,12 +4,15 @@
 //! `batched.rs`: strided batches; `grouped.rs`: grouped MoE GEMMs), our Hopper grouped GEMM
 //! (`sm90_grouped.rs` with its kernels `sm90/grouped_gemm.cu`; `sm90_wgrad.rs`, the K-grouped
 //! weight gradient of the same file), which CUDA device a CubeCL client is (`device.rs`), which
-//! paths this build and device take (`paths.rs`), and the environment settings (`setting.rs`).
-//! `cube/` calls in here where `R` is CubeCL's CUDA runtime.
+//! paths this build and device take (`paths.rs`), the environment settings (`setting.rs`), and
+//! other work of ours on CubeCL's buffers ordered against CubeCL's stream as the GEMMs are
+//! (`external_work.rs`: the collectives of several GPUs). `cube/` calls in here where `R` is
+//! CubeCL's CUDA runtime.
 
 pub(crate) mod batched;
 pub mod cublaslt;
 pub mod device;
+pub mod external_work;
 pub mod gemm;
 pub mod grouped;
 pub mod paths;

@@ -75,7 +75,7 @@ pub fn cubecl_stream_available() -> bool {
 /// The CUDA stream CubeCL runs `stream_id`'s work on, and the device pointers of `bindings`
 /// resolved for it (see the vendored `CudaServer::stream_for_external_work`). An error if this
 /// build's CubeCL does not expose it (callers check `cubecl_stream_available` first).
-pub(super) fn stream_for_external_work(
+pub(crate) fn stream_for_external_work(
     server: &mut CudaServer,
     stream_id: StreamId,
     bindings: Vec<Binding>,

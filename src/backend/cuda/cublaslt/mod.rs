@@ -46,7 +46,7 @@
 //! kernels).
 
 mod algo;
-mod external_stream;
+pub(crate) mod external_stream;
 mod instance;
 mod kernels;
 mod marks;

@@ -15,6 +15,7 @@ use cudarc::driver::{sys as cuda, CudaStream, PushKernelArg};
 
 use super::external_stream::cubecl_stream_available;
 use super::instance::{driver_error, CublasLt};
+use crate::backend::cuda::external_work::order_after;
 use crate::error::{LowpError, Result};
 
 /// How a cuBLASLt GEMM is ordered against CubeCL's stream (see the module docs).
@@ -122,26 +123,12 @@ impl CublasLt {
     /// Orders our main stream after what `stream` (CubeCL's) has queued so far.
     pub(super) fn fork_from(&mut self, stream: cuda::CUstream) -> Result<()> {
         self.ctx.bind_to_thread().map_err(driver_error("bind context"))?;
-        unsafe {
-            cuda::cuEventRecord(self.fork.cu_event(), stream)
-                .result()
-                .map_err(driver_error("record event on CubeCL's stream"))?;
-            cuda::cuStreamWaitEvent(self.main_stream().cu_stream(), self.fork.cu_event(), 0)
-                .result()
-                .map_err(driver_error("wait for CubeCL's stream"))
-        }
+        order_after(&self.fork, self.main_stream().cu_stream(), stream).map_err(driver_error("wait for CubeCL's stream"))
     }
 
     /// Orders what `stream` (CubeCL's) queues next after what our main stream has queued.
     pub(super) fn join_into(&mut self, stream: cuda::CUstream) -> Result<()> {
-        unsafe {
-            cuda::cuEventRecord(self.join.cu_event(), self.main_stream().cu_stream())
-                .result()
-                .map_err(driver_error("record event on our stream"))?;
-            cuda::cuStreamWaitEvent(stream, self.join.cu_event(), 0)
-                .result()
-                .map_err(driver_error("CubeCL's stream waits for ours"))
-        }
+        order_after(&self.join, stream, self.main_stream().cu_stream()).map_err(driver_error("CubeCL's stream waits for ours"))
     }
 
     /// The flags of the calling thread's CubeCL stream on `client`, created on first use.

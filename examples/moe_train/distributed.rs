@@ -1,0 +1,49 @@
+//! A rank of a multi-GPU run on CUDA (`--features nccl`): the process group joined after the run
+//! config and recipes are read (their hashes must agree on every rank), then the command as a
+//! data parallel rank (`parallel`). A failure tells the other ranks, which end at once.
+
+use burn_lowp::dist::{Fingerprint, GradReduceOptions, LaunchEnv, ProcessGroup};
+use burn_lowp::error::LowpError;
+use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_lowp_kernels::cubecl::Runtime;
+
+use crate::args::MoeTrainArgs;
+use crate::command::{load_config, load_recipes, run_parallel};
+use crate::cuda::Backend;
+use crate::parallel::DataParallel;
+
+/// Trains as the rank `env` names (WORLD_SIZE above 1).
+pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
+    // Checked on every rank before any rank waits for another: a bad world size is the same
+    // clear error everywhere.
+    let config = load_config(args)?;
+    config.train.check_world_size(env.world_size)?;
+    let recipes = load_recipes(args)?;
+    let recipes_json: Vec<String> = recipes.iter().map(|(name, r)| format!("{name}: {}", r.to_json())).collect();
+    let fingerprints = [
+        Fingerprint::of("run config", config.to_json().as_bytes()),
+        Fingerprint::of("recipe", recipes_json.join("\n").as_bytes()),
+    ];
+    let group = ProcessGroup::init(env, &fingerprints, config.train.expert_parallel_size)?;
+    let device = CudaDevice::new(group.device);
+    let client = CudaRuntime::client(&device);
+    let probe = move || client.memory_usage().map(|u| u.bytes_reserved).unwrap_or(0);
+    let check = || group.check();
+    let parallel = DataParallel {
+        rank: group.rank(),
+        world_size: group.world_size(),
+        reducer: &group.world,
+        check: &check,
+        grad_reduce: GradReduceOptions {
+            in_fp32: config.train.grad_reduce_in_fp32,
+            ..GradReduceOptions::default()
+        },
+    };
+    match run_parallel::<Backend>(args, &device, Some(&probe), Some(&parallel)) {
+        Ok(_) => group.finish(),
+        Err(e) => {
+            group.fail(&e);
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Several GPUs: one process per GPU (a rank), NCCL between them.
+//!
+//! * `env`: the launch variables (torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+//!   MASTER_PORT; LOWP_DIST_TIMEOUT), checked; none set is a one-GPU run;
+//! * `launcher`: `--nproc-per-node N`, one host's ranks started by the program itself;
+//! * `rendezvous`: the TCP handshake that checks the ranks agree and hands out NCCL's unique id;
+//! * `liveness`: the rendezvous connections kept open, which notice a rank that dies;
+//! * `fault`: a rank's first fault, the hooks it runs (abort NCCL, tell the others), the exit;
+//! * `watchdog`: every queued collective watched until the GPU has passed it;
+//! * `split`: expert-parallel arithmetic: groups, expert owners, all-to-all splits;
+//! * `grad_reduce`: data parallelism's gradient averaging in buckets over flat buffers, written
+//!   against `TensorAllReduce` (NCCL on CubeCL tensors: `tensor_collectives`);
+//! * `nccl_version`: the NCCL version rule (at least 2.18);
+//! * behind the `nccl` feature: `nccl` (the communicator over cudarc's NCCL bindings),
+//!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
+//!   host wait), `collectives` (collectives on CubeCL buffers), `group` (a rank's process group,
+//!   put together from all of the above).
+//!
+//! docs/multi-gpu.md describes the design and what remains to wire.
+
+pub mod env;
+pub mod fault;
+pub mod grad_reduce;
+pub mod launcher;
+pub mod liveness;
+pub mod nccl_version;
+pub mod rendezvous;
+pub mod split;
+pub mod watchdog;
+
+#[cfg(feature = "nccl")]
+pub mod collective_stream;
+#[cfg(feature = "nccl")]
+pub mod collectives;
+#[cfg(feature = "nccl")]
+pub mod group;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+#[cfg(feature = "nccl")]
+pub mod tensor_collectives;
+
+pub use env::LaunchEnv;
+pub use fault::FaultState;
+pub use grad_reduce::{reduce_gradients, GradReduceOptions, ReduceOp, TensorAllReduce};
+pub use rendezvous::Fingerprint;
+pub use split::{AllToAllSplits, ExpertSharding, ParallelLayout};
+
+#[cfg(feature = "nccl")]
+pub use collectives::Collectives;
+#[cfg(feature = "nccl")]
+pub use group::ProcessGroup;
+#[cfg(feature = "nccl")]
+pub use nccl::ReduceDtype;

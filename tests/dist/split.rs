@@ -1,0 +1,100 @@
+//! Expert-parallel arithmetic against hand-computed cases.
+
+use burn_lowp::dist::{AllToAllSplits, ExpertSharding, ParallelLayout};
+
+#[test]
+fn groups_are_consecutive_for_ep_and_strided_for_expert_dp() {
+    let layout = ParallelLayout::new(8, 4).unwrap();
+    assert_eq!(layout.ep_groups, 2);
+    assert_eq!(layout.ep_group_ranks(5).unwrap(), 4..8);
+    assert_eq!(layout.ep_rank(5).unwrap(), 1);
+    assert_eq!(layout.ep_group(5).unwrap(), 1);
+    assert_eq!(layout.expert_dp_ranks(5).unwrap(), vec![1, 5]);
+    assert_eq!(layout.ep_split(6).unwrap(), (1, 2));
+    assert_eq!(layout.expert_dp_split(6).unwrap(), (2, 1));
+    assert_eq!(layout.grad_divisor(), 8);
+    // EP = 1 is plain data parallelism; EP = world has one EP group and no expert replicas.
+    let dp = ParallelLayout::new(4, 1).unwrap();
+    assert_eq!(dp.expert_dp_ranks(2).unwrap(), vec![0, 1, 2, 3]);
+    let ep = ParallelLayout::new(4, 4).unwrap();
+    assert_eq!(ep.expert_dp_ranks(2).unwrap(), vec![2]);
+}
+
+#[test]
+fn layouts_that_do_not_divide_are_refused() {
+    let e = ParallelLayout::new(6, 4).unwrap_err().to_string();
+    assert!(e.starts_with("expert_parallel_size = 4") && e.contains("divide the world size 6"), "{e}");
+    assert!(ParallelLayout::new(4, 0).is_err());
+    assert!(ParallelLayout::new(0, 1).is_err());
+    let e = ParallelLayout::new(4, 2).unwrap().ep_rank(4).unwrap_err().to_string();
+    assert!(e.contains("below the world size 4"), "{e}");
+}
+
+#[test]
+fn experts_are_sharded_in_blocks() {
+    let s = ExpertSharding::new(8, 4).unwrap();
+    assert_eq!(s.experts_per_rank, 2);
+    assert_eq!(s.owner(5).unwrap(), 2);
+    assert_eq!(s.owner(0).unwrap(), 0);
+    assert_eq!(s.local_experts(3).unwrap(), 6..8);
+    let e = ExpertSharding::new(6, 4).unwrap_err().to_string();
+    assert!(e.starts_with("num_experts = 6") && e.contains("multiple of expert_parallel_size = 4"), "{e}");
+    assert!(s.owner(8).is_err());
+    assert!(s.local_experts(4).is_err());
+    assert!(ExpertSharding::new(0, 1).is_err());
+}
+
+/// 4 experts over 2 EP ranks. Rank 0 routes [3, 0, 2, 5] tokens to experts 0..4, rank 1
+/// [1, 4, 0, 0] (expert 2 and 3 get nothing from it: empty blocks).
+const COUNTS: [usize; 8] = [3, 0, 2, 5, 1, 4, 0, 0];
+
+#[test]
+fn dispatch_splits_by_hand() {
+    let s = ExpertSharding::new(4, 2).unwrap();
+    let r0 = AllToAllSplits::dispatch(&s, 0, &COUNTS).unwrap();
+    assert_eq!(r0.send, vec![3, 7]);
+    assert_eq!(r0.recv, vec![3, 5]);
+    assert_eq!(r0.per_expert, vec![vec![3, 0], vec![1, 4]]);
+    assert_eq!(r0.tokens_per_local_expert(), vec![4, 4]);
+    assert_eq!(r0.send_offsets(), vec![0, 3]);
+    assert_eq!(r0.recv_offsets(), vec![0, 3]);
+    assert_eq!(r0.expert_major_order(), (vec![3, 0, 1, 4], vec![0, 2, 1, 3]));
+
+    let r1 = AllToAllSplits::dispatch(&s, 1, &COUNTS).unwrap();
+    assert_eq!(r1.send, vec![5, 0]);
+    assert_eq!(r1.recv, vec![7, 0]);
+    assert_eq!(r1.per_expert, vec![vec![2, 5], vec![0, 0]]);
+    assert_eq!(r1.tokens_per_local_expert(), vec![2, 5]);
+    assert_eq!(r1.recv_offsets(), vec![0, 7]);
+
+    // The combine (and the dispatch's backward) swaps the directions.
+    let back = r1.transposed();
+    assert_eq!((back.send, back.recv), (vec![7, 0], vec![5, 0]));
+    assert_eq!(AllToAllSplits::bytes(&r0.send, 512).unwrap(), vec![1536, 3584]);
+    assert!(AllToAllSplits::bytes(&[usize::MAX], 2).is_err());
+}
+
+#[test]
+fn what_one_rank_sends_is_what_its_peer_receives() {
+    // 3 EP ranks, 6 experts, counts from a fixed pseudo-random sequence with zeros.
+    let s = ExpertSharding::new(6, 3).unwrap();
+    let counts: Vec<usize> = (0..18u64).map(|i| ((i * 2654435761) % 7) as usize).collect();
+    let splits: Vec<_> = (0..3).map(|r| AllToAllSplits::dispatch(&s, r, &counts).unwrap()).collect();
+    for src in 0..3 {
+        for dst in 0..3 {
+            assert_eq!(splits[src].send[dst], splits[dst].recv[src], "{src} -> {dst}");
+        }
+        let routed: usize = counts[src * 6..(src + 1) * 6].iter().sum();
+        assert_eq!(splits[src].send.iter().sum::<usize>(), routed);
+    }
+    let total: usize = counts.iter().sum();
+    assert_eq!(splits.iter().flat_map(|s| s.tokens_per_local_expert()).sum::<usize>(), total);
+}
+
+#[test]
+fn wrong_count_tables_are_refused() {
+    let s = ExpertSharding::new(4, 2).unwrap();
+    let e = AllToAllSplits::dispatch(&s, 0, &COUNTS[..6]).unwrap_err().to_string();
+    assert!(e.contains("2 x 4 counts"), "{e}");
+    assert!(AllToAllSplits::dispatch(&s, 2, &COUNTS).is_err());
+}
