@@ -111,10 +111,20 @@ impl ProcessGroup {
             watchdog: watchdog.clone(),
         };
         let world = Communicator::init("world", &met.payload, rank, world_size, &res)?;
-        let (color, key) = layout.ep_split(rank)?;
-        let ep = world.split("expert-parallel", color, key)?;
-        let (color, key) = layout.expert_dp_split(rank)?;
-        let edp = world.split("expert-data-parallel", color, key)?;
+        // A group that is the whole world is the world's communicator, and a group of one rank
+        // its own: `ncclCommSplit` on the non-blocking world returned no communicator with NCCL
+        // 2.28 (2 x H200, 2026-11-27), and data-parallel runs need no other groups.
+        let group = |name: &str, size: usize, (color, key): (i32, i32)| -> Result<Communicator> {
+            if size == world_size {
+                Ok(world.clone())
+            } else if size == 1 {
+                Communicator::init(name, &nccl::new_unique_id()?, 0, 1, &res)
+            } else {
+                world.split(name, color, key)
+            }
+        };
+        let ep = group("expert-parallel", layout.ep_size, layout.ep_split(rank)?)?;
+        let edp = group("expert-data-parallel", world_size / layout.ep_size, layout.expert_dp_split(rank)?)?;
         let stream: Arc<dyn CollectiveStream> = Arc::new(CubeclStream::new(device, ctx, fault.clone())?);
         Ok(ProcessGroup {
             layout,
