@@ -266,10 +266,26 @@ impl Communicator {
     pub fn split(&self, name: &str, color: i32, key: i32) -> Result<Communicator> {
         let res = &self.shared.res;
         res.ctx.bind_to_thread().map_err(driver_error("bind the device's context"))?;
+        let what = format!("split (ncclCommSplit) of the {name} communicator");
+        // On a non-blocking parent the split runs as an asynchronous job of the parent: NCCL
+        // writes the child's handle through the pointer it was given only when the job ends
+        // (until then it reads NULL), and reports the job's progress on the parent. So the
+        // slot lives on the heap, the parent is polled before the slot is read, and if the wait
+        // fails the slot is leaked rather than freed under a job that may still write to it.
         let mut config = nonblocking_config();
-        let mut child: sys::ncclComm_t = std::ptr::null_mut();
-        let code = self.with_comm(|comm| Ok(unsafe { sys::ncclCommSplit(comm, color, key, &mut child, &mut config) }))?;
-        Communicator::adopt(name, child, code, "split (ncclCommSplit)", res)
+        let mut slot: Box<sys::ncclComm_t> = Box::new(std::ptr::null_mut());
+        let waited = self.with_comm(|comm| {
+            let code = unsafe { sys::ncclCommSplit(comm, color, key, &mut *slot, &mut config) };
+            if !check(code, &what, Some(comm))? {
+                wait_ready(comm, &what, Instant::now() + res.timeout, &res.fault)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = waited {
+            Box::leak(slot);
+            return Err(e);
+        }
+        Communicator::adopt(name, *slot, Code::ncclSuccess, "split (ncclCommSplit)", res)
     }
 
     /// Waits until a new communicator is ready, then registers it with the fault state (abort on
