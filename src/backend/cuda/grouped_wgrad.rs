@@ -8,8 +8,9 @@
 //! Taken for BF16 operands (identity storages, dY `[P, out]` and X `[P, in]` as stored) writing
 //! f32 or BF16, with or without accumulation into an f32 `main_grad` (`fuse_wgrad_accumulation`:
 //! added in place, into a private copy where the buffer is shared), under
-//! `GroupedWgrad::Sm90` on sm_90 where `sm90_wgrad::wgrad_fits`; anything else returns `None` and
-//! takes the per-expert path.
+//! `GroupedWgrad::Sm90` on sm_90 where `sm90_wgrad::wgrad_fits` and the splits' host copy has
+//! arrived (and is valid: bad splits are an error here, as on the per-expert path); anything
+//! else returns `None` and takes the per-expert path.
 
 use burn::tensor::ops::FloatTensorOps;
 use burn::tensor::{DType, FloatDType, Shape, TensorMetadata};
@@ -48,6 +49,16 @@ pub(super) fn device_wgrad<R: CubeRuntime, F: FloatElement, I: IntElement, BT: B
         return Ok(None);
     };
     let groups = a.groups;
+    // The splits are checked on their host copy, as the per-expert path checks them, but only
+    // where the copy has arrived (it was requested when the layout was made, in forward): a
+    // kernel launched on bad splits would read clamped offsets and return numbers, not the
+    // error. Where it has not arrived, the per-expert path runs, which waits for it; that
+    // happens at most once a step (the layer whose forward ran last), since the wait leaves
+    // the host behind the copies of the layers before it.
+    let Some(host) = groups.host.try_get() else {
+        return Ok(None);
+    };
+    host.status.check("m_splits", groups.rows)?;
     let (p, m, n, count) = (a.tensor.rows, a.tensor.cols, b.tensor.cols, groups.count);
     // f32 (optionally accumulated into) or BF16 out; the groups of both operands the same rows.
     let f32 = match options.out_dtype {
