@@ -13,6 +13,8 @@
 # 2. data parallel = one GPU: benches/dist/dp-check.json (20 steps, a loss every step, aux loss
 #    off: the load-balancing loss is a product of per-shard means, not a mean over the shards),
 #    bf16 and delayed scaling, a 2-rank run against the one-GPU run of the same global batch;
+# 2b. resume: stopped after 10 steps and resumed, the losses equal the uninterrupted run's bit for
+#    bit (the same world size);
 # 3. a killed rank: rank 1 killed (SIGKILL) mid-run; rank 0 must end with its own error and the
 #    launcher with a failure within 60 s (LOWP_DIST_TIMEOUT=30), and rank 0 must write no summary;
 # 4. tokens/s of 1 and 2 GPUs, configs/moe-fine-grained.json and configs/moe-1.9b.json, 35 steps
@@ -61,6 +63,24 @@ for recipe in bf16 delayed_scaling; do
     ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
     *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
   esac
+done
+
+# --- 2b. resume: a 2-rank run stopped after 10 steps and resumed from its checkpoint ------------
+# continues bit for bit as the uninterrupted 2-rank run of check 2 (the losses printed in full
+# precision, compared as text). Needs check 2's runs.
+for recipe in bf16 delayed_scaling; do
+  whole="$OUT/two-$recipe/$recipe/metrics.jsonl" parts="$OUT/resume-$recipe"
+  [ -s "$whole" ] || { fail "resume $recipe: no uninterrupted 2-rank run to compare with"; continue; }
+  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
+    --stop-after 10 --quiet --out "$parts" >"$parts.log" 2>&1 || { fail "resume $recipe: the first part failed (see $parts.log)"; tail -5 "$parts.log"; continue; }
+  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
+    --resume "$parts/$recipe/checkpoint" --quiet --out "$parts" >"$parts-2.log" 2>&1 || { fail "resume $recipe: the resumed part failed (see $parts-2.log)"; tail -5 "$parts-2.log"; continue; }
+  if cmp -s <(losses "$whole") <(losses "$parts/$recipe/metrics.jsonl"); then
+    pass "resume $recipe: stopped at step 10 and resumed on 2 ranks, all $(losses "$whole" | wc -l) losses equal the uninterrupted run's bit for bit"
+  else
+    first=$(paste <(losses "$whole") <(losses "$parts/$recipe/metrics.jsonl") | awk '$1 != $2 { print NR - 1 ": " $1 " vs " $2; exit }')
+    fail "resume $recipe: the losses differ from the uninterrupted run's, first at step $first"
+  fi
 done
 
 # --- 3. a killed rank ---------------------------------------------------------------------------

@@ -27,6 +27,11 @@ pub struct MoeTrainArgs {
     /// Overrides train.steps of the config.
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Stop after this many steps (of the config's `train.steps`, whose learning-rate schedule
+    /// still applies) and write the checkpoint there: the first part of a run that `--resume`
+    /// continues.
+    #[arg(long)]
+    pub stop_after: Option<usize>,
     /// Continue from a checkpoint directory (`<out>/<recipe>/checkpoint`).
     #[arg(long)]
     pub resume: Option<PathBuf>,

@@ -133,7 +133,7 @@ where
                 corpus: &corpus,
                 out_dir: args.out.join(name),
                 resume: args.resume.clone(),
-                stop_after: None,
+                stop_after: args.stop_after,
                 checkpoints: !args.no_checkpoint,
                 progress: !args.quiet,
                 memory_probe,
