@@ -35,9 +35,18 @@ const OUT: usize = 384;
 fn recipes() -> Vec<(&'static str, bool)> {
     vec![
         (r#"{"recipe": "current_scaling"}"#, true),
-        (r#"{"recipe": "block_scaling", "w_block_scaling_dim": 2}"#, true),
-        (r#"{"recipe": "block_scaling", "w_block_scaling_dim": 1, "x_block_scaling_dim": 1}"#, false),
-        (r#"{"recipe": "mxfp8", "enable_2d_quantization": true}"#, true),
+        (
+            r#"{"recipe": "block_scaling", "w_block_scaling_dim": 2}"#,
+            true,
+        ),
+        (
+            r#"{"recipe": "block_scaling", "w_block_scaling_dim": 1, "x_block_scaling_dim": 1}"#,
+            false,
+        ),
+        (
+            r#"{"recipe": "mxfp8", "enable_2d_quantization": true}"#,
+            true,
+        ),
         (r#"{"recipe": "mxfp8"}"#, false),
     ]
 }
@@ -45,7 +54,9 @@ fn recipes() -> Vec<(&'static str, bool)> {
 /// A burn-lowp `Linear` under `recipe` with its (random) weights on NdArray.
 fn module(recipe: &str) -> burn_lowp::nn::Linear<NdArray> {
     let recipe = Recipe::from_json(recipe).unwrap();
-    LinearConfig::new(IN, OUT).init::<NdArray>(&recipe, &Default::default()).unwrap()
+    LinearConfig::new(IN, OUT)
+        .init::<NdArray>(&recipe, &Default::default())
+        .unwrap()
 }
 
 fn f32s(data: TensorData) -> Vec<f32> {
@@ -71,10 +82,23 @@ fn weight_spec(linear: &burn_lowp::nn::Linear<NdArray>) -> QuantizerSpec {
 /// The exported weight holds the reference's columnwise codes and scales (MXFP8: moved into the
 /// `[in, out]` transpose) and dequantizes to the transposed columnwise values; to the forward's
 /// (rowwise) values too where `forward_values`.
-fn check_export(what: &str, export: &QuantizedLinearExport, q: &HostQuantized, forward_values: bool) {
+fn check_export(
+    what: &str,
+    export: &QuantizedLinearExport,
+    q: &HostQuantized,
+    forward_values: bool,
+) {
     let weight = &export.record.weight;
-    assert!(matches!(weight.dtype, DType::QFloat(_)), "{what}: {:?}", weight.dtype);
-    assert_eq!(weight.shape.as_slice(), &[IN, OUT], "{what}: burn-nn's [in, out]");
+    assert!(
+        matches!(weight.dtype, DType::QFloat(_)),
+        "{what}: {:?}",
+        weight.dtype
+    );
+    assert_eq!(
+        weight.shape.as_slice(),
+        &[IN, OUT],
+        "{what}: burn-nn's [in, out]"
+    );
     let (format, data) = from_burn_data(weight).unwrap();
     let col = q.data(Direction::Columnwise).unwrap();
     match q.format {
@@ -83,14 +107,29 @@ fn check_export(what: &str, export: &QuantizedLinearExport, q: &HostQuantized, f
         }
         _ => {
             assert_eq!(format, q.format, "{what}");
-            assert_eq!(data, QuantizedData { amax: None, ..col.clone() }, "{what}: columnwise storage");
+            assert_eq!(
+                data,
+                QuantizedData {
+                    amax: None,
+                    ..col.clone()
+                },
+                "{what}: columnwise storage"
+            );
         }
     }
     let deq = f32s(export.dequantized_weight().unwrap());
     let logical = |d| transpose(&q.dequantize(d).unwrap(), OUT, IN);
-    assert_eq!(bits(&deq), bits(&logical(Direction::Columnwise)), "{what}: columnwise values");
+    assert_eq!(
+        bits(&deq),
+        bits(&logical(Direction::Columnwise)),
+        "{what}: columnwise values"
+    );
     if forward_values {
-        assert_eq!(bits(&deq), bits(&logical(Direction::Rowwise)), "{what}: the forward GEMM's values");
+        assert_eq!(
+            bits(&deq),
+            bits(&logical(Direction::Rowwise)),
+            "{what}: the forward GEMM's values"
+        );
     }
     assert_eq!(export.config.d_input, IN);
     assert_eq!(export.config.d_output, OUT);
@@ -105,7 +144,11 @@ fn exported_weights_hold_the_reference_quantization() {
         let export = linear.export_quantized().unwrap();
         check_export(recipe, &export, &q, forward_values);
         let bias = f32s(export.record.bias.clone().unwrap());
-        assert_eq!(bits(&bias), bits(&f32s(linear.bias.as_ref().unwrap().val().into_data())), "{recipe}: bias");
+        assert_eq!(
+            bits(&bias),
+            bits(&f32s(linear.bias.as_ref().unwrap().val().into_data())),
+            "{recipe}: bias"
+        );
     }
 }
 
@@ -129,19 +172,39 @@ fn exported_records_survive_burns_recorders_byte_for_byte() {
         for (name, loaded) in [
             (
                 "named mpk",
-                through(NamedMpkFileRecorder::<FullPrecisionSettings>::new(), export.record.clone(), dir.path().join(format!("m{i}"))),
+                through(
+                    NamedMpkFileRecorder::<FullPrecisionSettings>::new(),
+                    export.record.clone(),
+                    dir.path().join(format!("m{i}")),
+                ),
             ),
             (
                 "bin",
-                through(BinFileRecorder::<FullPrecisionSettings>::new(), export.record.clone(), dir.path().join(format!("b{i}"))),
+                through(
+                    BinFileRecorder::<FullPrecisionSettings>::new(),
+                    export.record.clone(),
+                    dir.path().join(format!("b{i}")),
+                ),
             ),
         ] {
             let what = format!("{recipe} {name}");
             assert_eq!(loaded.weight.dtype, export.record.weight.dtype, "{what}");
             assert_eq!(loaded.weight.shape, export.record.weight.shape, "{what}");
-            assert_eq!(loaded.weight.bytes.to_vec(), export.record.weight.bytes.to_vec(), "{what}: weight bytes");
-            assert_eq!(from_burn_data(&loaded.weight).unwrap(), expected, "{what}: storage");
-            assert_eq!(loaded.bias.unwrap().bytes.to_vec(), export.record.bias.clone().unwrap().bytes.to_vec(), "{what}: bias");
+            assert_eq!(
+                loaded.weight.bytes.to_vec(),
+                export.record.weight.bytes.to_vec(),
+                "{what}: weight bytes"
+            );
+            assert_eq!(
+                from_burn_data(&loaded.weight).unwrap(),
+                expected,
+                "{what}: storage"
+            );
+            assert_eq!(
+                loaded.bias.unwrap().bytes.to_vec(),
+                export.record.bias.clone().unwrap().bytes.to_vec(),
+                "{what}: bias"
+            );
             assert_eq!(loaded.weight_id, export.record.weight_id, "{what}");
         }
     }
@@ -164,17 +227,34 @@ fn the_record_format_is_burn_nn_linears() {
     assert_eq!(f32s(ours.bias.clone().unwrap()), bias);
     // ... and ours (here with a float weight, which NdArray can hold) loads as burn-nn's.
     let mut ours = ours;
-    ours.weight = TensorData::new((0..IN * OUT).map(|i| i as f32 * 0.5).collect::<Vec<_>>(), [IN, OUT]);
+    ours.weight = TensorData::new(
+        (0..IN * OUT).map(|i| i as f32 * 0.5).collect::<Vec<_>>(),
+        [IN, OUT],
+    );
     let path = dir.path().join("ours");
     Recorder::<NdArray>::record(&recorder, ours.clone(), path.clone()).unwrap();
-    let record: LinearRecord<NdArray> = Recorder::<NdArray>::load(&recorder, path, &device).unwrap();
-    let loaded = BurnLinearConfig::new(IN, OUT).init::<NdArray>(&device).load_record(record);
-    assert_eq!(f32s(loaded.weight.val().into_data()), f32s(ours.weight.clone()));
-    assert_eq!(f32s(loaded.bias.clone().unwrap().val().into_data()), f32s(ours.bias.clone().unwrap()));
+    let record: LinearRecord<NdArray> =
+        Recorder::<NdArray>::load(&recorder, path, &device).unwrap();
+    let loaded = BurnLinearConfig::new(IN, OUT)
+        .init::<NdArray>(&device)
+        .load_record(record);
+    assert_eq!(
+        f32s(loaded.weight.val().into_data()),
+        f32s(ours.weight.clone())
+    );
+    assert_eq!(
+        f32s(loaded.bias.clone().unwrap().val().into_data()),
+        f32s(ours.bias.clone().unwrap())
+    );
     // `into_burn_record` builds the same record in process.
     let direct = ours.into_burn_record::<NdArray>(&device).unwrap();
-    let direct = BurnLinearConfig::new(IN, OUT).init::<NdArray>(&device).load_record(direct);
-    assert_eq!(f32s(direct.weight.val().into_data()), f32s(loaded.weight.val().into_data()));
+    let direct = BurnLinearConfig::new(IN, OUT)
+        .init::<NdArray>(&device)
+        .load_record(direct);
+    assert_eq!(
+        f32s(direct.weight.val().into_data()),
+        f32s(loaded.weight.val().into_data())
+    );
 }
 
 #[test]
@@ -193,13 +273,24 @@ fn layernorm_mlp_exports_both_linears() {
 
 #[test]
 fn what_burn_cannot_hold_is_an_error() {
-    let err = module(r#"{"recipe": "nvfp4"}"#).export_quantized().unwrap_err().to_string();
+    let err = module(r#"{"recipe": "nvfp4"}"#)
+        .export_quantized()
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("nvfp4") && err.contains("NVFP4"), "{err}");
-    let err = module(r#"{"recipe": "delayed_scaling"}"#).export_quantized().unwrap_err().to_string();
+    let err = module(r#"{"recipe": "delayed_scaling"}"#)
+        .export_quantized()
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("delayed"), "{err}");
     // NdArray cannot store FP8 QFloat tensors: building the burn-nn record there says so.
-    let export = module(r#"{"recipe": "current_scaling"}"#).export_quantized().unwrap();
-    let Err(err) = export.record.into_burn_record::<NdArray>(&Default::default()) else {
+    let export = module(r#"{"recipe": "current_scaling"}"#)
+        .export_quantized()
+        .unwrap();
+    let Err(err) = export
+        .record
+        .into_burn_record::<NdArray>(&Default::default())
+    else {
         panic!("NdArray built an FP8 QFloat record")
     };
     let err = err.to_string();
@@ -249,10 +340,17 @@ mod cuda {
             let linear = load_plain_burn(&export.config, path, &device);
             let weight = linear.weight.val();
             let DType::QFloat(scheme) = weight.dtype() else {
-                panic!("{recipe}: the loaded weight is {:?}, not QFloat", weight.dtype())
+                panic!(
+                    "{recipe}: the loaded weight is {:?}, not QFloat",
+                    weight.dtype()
+                )
             };
             // The weight on the GPU holds the exported bytes.
-            assert_eq!(weight.clone().into_data().bytes.to_vec(), export.record.weight.bytes.to_vec(), "{recipe}");
+            assert_eq!(
+                weight.clone().into_data().bytes.to_vec(),
+                export.record.weight.bytes.to_vec(),
+                "{recipe}"
+            );
             // Burn 0.21's CUDA dequantize of UE8M0 params (MXFP8) does not compile on sm_90
             // (NVRTC: `__nv_cvt_e8m0_to_bf162raw` undefined; see tests/burn_native.rs): those
             // records are checked loaded, not run.
@@ -265,7 +363,11 @@ mod cuda {
             let b = Tensor::<Cuda, 1>::from_data(export.record.bias.clone().unwrap(), &device);
             let reference = x.matmul(w) + b.unsqueeze::<2>();
             let (y, reference) = (f32s(y.into_data()), f32s(reference.into_data()));
-            assert_eq!(bits(&y), bits(&reference), "{recipe}: Burn's forward against dequantize-then-matmul");
+            assert_eq!(
+                bits(&y),
+                bits(&reference),
+                "{recipe}: Burn's forward against dequantize-then-matmul"
+            );
         }
     }
 }

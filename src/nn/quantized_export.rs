@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! let export = lowp_linear.export_quantized()?;                     // burn-lowp side
-//! NamedMpkFileRecorder::<FullPrecisionSettings>::new().record(export.record, path)?;
+//! let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+//! Recorder::<B>::record(&recorder, export.record, path)?;          // host data: any backend B
 //! export.config.save(config_path)?;
 //!
 //! let record = NamedMpkFileRecorder::<FullPrecisionSettings>::new().load(path, &device)?; // plain Burn
@@ -51,8 +52,8 @@ use crate::error::{LowpError, Result};
 use crate::format::matrix::transpose;
 use crate::format::mxfp8::{round_up, MXFP8_BLOCK};
 use crate::format::{
-    quantize, Direction, HostMatrix, HostQuantized, InputDtype, QuantFormat, QuantizedData, ScaleLayout, Scales,
-    Usage,
+    quantize, Direction, HostMatrix, HostQuantized, InputDtype, QuantFormat, QuantizedData,
+    ScaleLayout, Scales, Usage,
 };
 use crate::quant::QuantizerSpec;
 
@@ -108,7 +109,11 @@ impl<B: Backend> Record<B> for LinearRecordData {
     fn from_item<S: PrecisionSettings>(item: LinearRecordItem, _device: &B::Device) -> Self {
         LinearRecordData {
             weight: saved::<f32>(item.weight.param),
-            bias_id: item.bias.as_ref().map(|b| b.id.clone()).unwrap_or_else(|| ParamId::new().serialize()),
+            bias_id: item
+                .bias
+                .as_ref()
+                .map(|b| b.id.clone())
+                .unwrap_or_else(|| ParamId::new().serialize()),
             bias: item.bias.map(|b| saved::<f32>(b.param)),
             weight_id: item.weight.id,
         }
@@ -119,7 +124,10 @@ impl LinearRecordData {
     /// The record as `burn::nn::LinearRecord` on `device`, for `Linear::load_record` in this
     /// process; an error where the backend cannot store the weight's dtype (Burn 0.21's NdArray and
     /// wgpu hold no FP8 quantized tensors).
-    pub fn into_burn_record<B: Backend>(self, device: &B::Device) -> Result<burn::nn::LinearRecord<B>> {
+    pub fn into_burn_record<B: Backend>(
+        self,
+        device: &B::Device,
+    ) -> Result<burn::nn::LinearRecord<B>> {
         if !B::dtype_usage(device, self.weight.dtype).contains(DTypeUsage::Storage) {
             return Err(LowpError::invalid(
                 "linear weight",
@@ -128,14 +136,21 @@ impl LinearRecordData {
             ));
         }
         let id = |id: &str| {
-            ParamId::try_deserialize(id).ok_or_else(|| LowpError::invalid("parameter id", id, "is not a Burn ParamId"))
+            ParamId::try_deserialize(id)
+                .ok_or_else(|| LowpError::invalid("parameter id", id, "is not a Burn ParamId"))
         };
         let bias = match self.bias {
-            Some(b) => Some(Param::initialized(id(&self.bias_id)?, Tensor::<B, 1>::from_data(b, device))),
+            Some(b) => Some(Param::initialized(
+                id(&self.bias_id)?,
+                Tensor::<B, 1>::from_data(b, device),
+            )),
             None => None,
         };
         Ok(burn::nn::LinearRecord {
-            weight: Param::initialized(id(&self.weight_id)?, Tensor::<B, 2>::from_data(self.weight, device)),
+            weight: Param::initialized(
+                id(&self.weight_id)?,
+                Tensor::<B, 2>::from_data(self.weight, device),
+            ),
             bias,
         })
     }
@@ -164,7 +179,10 @@ impl QuantizedLinearExport {
             rowwise: Some(data),
             columnwise: None,
         };
-        Ok(TensorData::new(host.dequantize(Direction::Rowwise)?, [rows, cols]))
+        Ok(TensorData::new(
+            host.dequantize(Direction::Rowwise)?,
+            [rows, cols],
+        ))
     }
 }
 
@@ -172,18 +190,36 @@ impl QuantizedLinearExport {
 /// transpose (1x32 blocks): the same codes and scales, moved.
 /// The columnwise storage the quantizer was asked for (`Usage::BOTH`).
 fn columnwise(q: &HostQuantized) -> Result<&QuantizedData> {
-    q.data(Direction::Columnwise)
-        .ok_or_else(|| LowpError::invalid("weight quantization", q.format.name(), "holds no columnwise storage"))
+    q.data(Direction::Columnwise).ok_or_else(|| {
+        LowpError::invalid(
+            "weight quantization",
+            q.format.name(),
+            "holds no columnwise storage",
+        )
+    })
 }
 
 fn mxfp8_columnwise_transposed(q: &HostQuantized) -> Result<QuantizedData> {
     let col = columnwise(q)?;
     let (out_f, in_f) = (q.rows, q.cols);
-    let Scales::BlockBytes { shape, bytes, layout } = &col.scales else {
-        return Err(LowpError::invalid("MXFP8 scales", q.format.name(), "must be E8M0 scale bytes"));
+    let Scales::BlockBytes {
+        shape,
+        bytes,
+        layout,
+    } = &col.scales
+    else {
+        return Err(LowpError::invalid(
+            "MXFP8 scales",
+            q.format.name(),
+            "must be E8M0 scale bytes",
+        ));
     };
     if *layout != ScaleLayout::Compact {
-        return Err(LowpError::invalid("MXFP8 scales", "swizzled", "export reads the compact layout"));
+        return Err(LowpError::invalid(
+            "MXFP8 scales",
+            "swizzled",
+            "export reads the compact layout",
+        ));
     }
     let blocks = out_f / MXFP8_BLOCK;
     // Columnwise scales: [roundup(out / 32, 4), roundup(in, 128)], entry [b, k] for rows
@@ -216,28 +252,44 @@ pub fn export_linear<B: Backend>(
     bias: Option<Tensor<B, 1>>,
     spec: &QuantizerSpec,
 ) -> Result<QuantizedLinearExport> {
-    let config = match spec {
-        QuantizerSpec::Fp8Current { .. } | QuantizerSpec::Fp8Block { .. } | QuantizerSpec::Mxfp8 { .. } => {
-            spec.format_config(None)?
-        }
-        other => {
-            return Err(LowpError::invalid(
+    let config =
+        match spec {
+            QuantizerSpec::Fp8Current { .. }
+            | QuantizerSpec::Fp8Block { .. }
+            | QuantizerSpec::Mxfp8 { .. } => spec.format_config(None)?,
+            other => return Err(LowpError::invalid(
                 format!("{name} weight quantizer"),
                 other.name(),
                 "export to Burn's quantized tensors takes FP8 current scaling, FP8 block scaling \
                  or MXFP8 (Burn 0.21 has no NVFP4 form; a delayed scale is training state)",
-            ))
-        }
-    };
+            )),
+        };
     let [out_f, in_f] = weight.dims();
-    let values = weight.into_data().convert::<f32>().into_vec::<f32>().map_err(|e| {
-        LowpError::invalid(format!("{name} weight"), format!("{e:?}"), "a float tensor readable as f32")
-    })?;
-    let matrix = HostMatrix::new(format!("{name} weight"), out_f, in_f, InputDtype::F32, values)?;
+    let values = weight
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| {
+            LowpError::invalid(
+                format!("{name} weight"),
+                format!("{e:?}"),
+                "a float tensor readable as f32",
+            )
+        })?;
+    let matrix = HostMatrix::new(
+        format!("{name} weight"),
+        out_f,
+        in_f,
+        InputDtype::F32,
+        values,
+    )?;
     let q = quantize(&matrix, &config, Usage::BOTH)?;
     let data = match q.format {
         QuantFormat::Mxfp8 { fp8, .. } => to_burn_data(
-            QuantFormat::Mxfp8 { fp8, block_2d: false },
+            QuantFormat::Mxfp8 {
+                fp8,
+                block_2d: false,
+            },
             Direction::Rowwise,
             &mxfp8_columnwise_transposed(&q)?,
         )?,
@@ -247,7 +299,11 @@ pub fn export_linear<B: Backend>(
         .map(|b| {
             let dims = b.dims();
             if dims != [out_f] {
-                return Err(LowpError::shape(format!("{name} bias"), format!("{dims:?}"), format!("the weight needs [{out_f}]")));
+                return Err(LowpError::shape(
+                    format!("{name} bias"),
+                    format!("{dims:?}"),
+                    format!("the weight needs [{out_f}]"),
+                ));
             }
             Ok(b.into_data().convert::<f32>())
         })

@@ -47,7 +47,8 @@ pub struct QuantizedParts<B: LowpBackend> {
 }
 
 fn float<B: LowpBackend, const D: usize>(bytes: &B::Bytes, shape: [usize; 2]) -> Tensor<B, D> {
-    let t: Tensor<B, 2> = Tensor::from_primitive(TensorPrimitive::Float(B::bytes_as_float(bytes, shape)));
+    let t: Tensor<B, 2> =
+        Tensor::from_primitive(TensorPrimitive::Float(B::bytes_as_float(bytes, shape)));
     t.reshape(shape_of::<D>(shape))
 }
 
@@ -68,7 +69,11 @@ fn f32_bytes<B: LowpBackend, const D: usize>(t: Tensor<B, D>, what: &str) -> Res
 
 fn check_dims(what: String, have: &[usize], want: &[usize]) -> Result<()> {
     if have != want {
-        return Err(LowpError::shape(what, format!("{have:?}"), format!("the format and the tensor's shape need {want:?}")));
+        return Err(LowpError::shape(
+            what,
+            format!("{have:?}"),
+            format!("the format and the tensor's shape need {want:?}"),
+        ));
     }
     Ok(())
 }
@@ -77,9 +82,15 @@ impl<B: LowpBackend> QuantizedParts<B> {
     /// The storage's buffers as Burn tensors (shared with the storage on CubeCL backends).
     pub fn from_storage(storage: &QuantizedStorage<B>) -> Self {
         let scales = match &storage.scales {
-            StorageScales::TensorScaleInv(b) => ScaleParts::TensorScaleInv(float(b, [1, B::bytes_len(b) / 4])),
+            StorageScales::TensorScaleInv(b) => {
+                ScaleParts::TensorScaleInv(float(b, [1, B::bytes_len(b) / 4]))
+            }
             StorageScales::BlockF32 { shape, bytes } => ScaleParts::BlockF32(float(bytes, *shape)),
-            StorageScales::BlockBytes { shape, bytes, layout } => ScaleParts::BlockBytes {
+            StorageScales::BlockBytes {
+                shape,
+                bytes,
+                layout,
+            } => ScaleParts::BlockBytes {
                 bytes: u8_tensor(bytes, *shape),
                 layout: *layout,
             },
@@ -88,7 +99,10 @@ impl<B: LowpBackend> QuantizedParts<B> {
             format: storage.format,
             codes: u8_tensor(&storage.codes, storage.codes_shape),
             scales,
-            amax: storage.amax.as_ref().map(|a| float(a, [1, B::bytes_len(a) / 4])),
+            amax: storage
+                .amax
+                .as_ref()
+                .map(|a| float(a, [1, B::bytes_len(a) / 4])),
             shared_scale: storage.shared_scale,
         }
     }
@@ -102,11 +116,15 @@ impl<B: LowpBackend> QuantizedParts<B> {
             LowpError::invalid(
                 "scales",
                 kind.to_string(),
-                format!("{} keeps {}", self.format.name(), match self.format {
-                    QuantFormat::Fp8Tensor { .. } => "one f32 scale_inv (TensorScaleInv)",
-                    QuantFormat::Fp8Block { .. } => "f32 block scales (BlockF32)",
-                    _ => "scale bytes (BlockBytes)",
-                }),
+                format!(
+                    "{} keeps {}",
+                    self.format.name(),
+                    match self.format {
+                        QuantFormat::Fp8Tensor { .. } => "one f32 scale_inv (TensorScaleInv)",
+                        QuantFormat::Fp8Block { .. } => "f32 block scales (BlockF32)",
+                        _ => "scale bytes (BlockBytes)",
+                    }
+                ),
             )
         };
         let scales = match (self.scales, self.format) {
@@ -117,7 +135,10 @@ impl<B: LowpBackend> QuantizedParts<B> {
                 shape: s.dims(),
                 bytes: f32_bytes(s, "block scales")?,
             },
-            (ScaleParts::BlockBytes { bytes, layout }, QuantFormat::Mxfp8 { .. } | QuantFormat::Nvfp4 { .. }) => {
+            (
+                ScaleParts::BlockBytes { bytes, layout },
+                QuantFormat::Mxfp8 { .. } | QuantFormat::Nvfp4 { .. },
+            ) => {
                 let shape = bytes.dims();
                 StorageScales::BlockBytes {
                     shape,
@@ -180,7 +201,9 @@ impl<B: LowpBackend> QuantizedTensorParts<B> {
         let side = |direction| -> Result<Option<QuantizedParts<B>>> {
             match tensor.storage(direction) {
                 None => Ok(None),
-                Some(_) => Ok(Some(QuantizedParts::from_storage(tensor.quantized(direction)?))),
+                Some(_) => Ok(Some(QuantizedParts::from_storage(
+                    tensor.quantized(direction)?,
+                ))),
             }
         };
         Ok(QuantizedTensorParts {
@@ -195,20 +218,29 @@ impl<B: LowpBackend> QuantizedTensorParts<B> {
     /// block scales must have the shapes its format gives the `[rows, cols]` matrix.
     pub fn into_tensor(self) -> Result<QuantizedTensor<B>> {
         let (rows, cols) = (self.rows, self.cols);
-        let side = |p: Option<QuantizedParts<B>>, direction: Direction| -> Result<Option<Storage<B>>> {
-            let Some(p) = p else { return Ok(None) };
-            let what = |t: &str| format!("{} {t}", direction.name());
-            check_dims(what("codes"), &p.codes.dims(), &codes_shape(&p.format, rows, cols, direction))?;
-            let scales = match &p.scales {
-                ScaleParts::TensorScaleInv(_) => None,
-                ScaleParts::BlockF32(s) => Some(s.dims()),
-                ScaleParts::BlockBytes { bytes, .. } => Some(bytes.dims()),
+        let side =
+            |p: Option<QuantizedParts<B>>, direction: Direction| -> Result<Option<Storage<B>>> {
+                let Some(p) = p else { return Ok(None) };
+                let what = |t: &str| format!("{} {t}", direction.name());
+                check_dims(
+                    what("codes"),
+                    &p.codes.dims(),
+                    &codes_shape(&p.format, rows, cols, direction),
+                )?;
+                let scales = match &p.scales {
+                    ScaleParts::TensorScaleInv(_) => None,
+                    ScaleParts::BlockF32(s) => Some(s.dims()),
+                    ScaleParts::BlockBytes { bytes, .. } => Some(bytes.dims()),
+                };
+                if let Some(have) = scales {
+                    check_dims(
+                        what("scales"),
+                        &have,
+                        &scales_shape(&p.format, rows, cols, direction),
+                    )?;
+                }
+                p.into_storage().map(|s| Some(Storage::Quantized(s)))
             };
-            if let Some(have) = scales {
-                check_dims(what("scales"), &have, &scales_shape(&p.format, rows, cols, direction))?;
-            }
-            p.into_storage().map(|s| Some(Storage::Quantized(s)))
-        };
         Ok(QuantizedTensor {
             rows,
             cols,
@@ -234,7 +266,10 @@ impl<B: LowpBackend> QuantizedTensorParts<B> {
 pub enum ScalePartsItem {
     TensorScaleInv(TensorData),
     BlockF32(TensorData),
-    BlockBytes { bytes: TensorData, layout: ScaleLayout },
+    BlockBytes {
+        bytes: TensorData,
+        layout: ScaleLayout,
+    },
 }
 
 /// The saved form of [`QuantizedParts`] (the record item Burn's recorders write). The codes and
@@ -302,7 +337,9 @@ impl<B: LowpBackend> Record<B> for QuantizedParts<B> {
                     layout,
                 },
             },
-            amax: item.amax.map(|a| Tensor::from_data(a, (device, DType::F32))),
+            amax: item
+                .amax
+                .map(|a| Tensor::from_data(a, (device, DType::F32))),
             shared_scale: item.shared_scale,
         }
     }
@@ -324,8 +361,12 @@ impl<B: LowpBackend> Record<B> for QuantizedTensorParts<B> {
         QuantizedTensorParts {
             rows: item.rows,
             cols: item.cols,
-            rowwise: item.rowwise.map(|p| QuantizedParts::from_item::<S>(p, device)),
-            columnwise: item.columnwise.map(|p| QuantizedParts::from_item::<S>(p, device)),
+            rowwise: item
+                .rowwise
+                .map(|p| QuantizedParts::from_item::<S>(p, device)),
+            columnwise: item
+                .columnwise
+                .map(|p| QuantizedParts::from_item::<S>(p, device)),
         }
     }
 }
