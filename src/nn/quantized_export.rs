@@ -320,22 +320,29 @@ pub fn export_linear<B: Backend>(
     })
 }
 
-/// The forward weight quantizer of GEMM `gemm` of a module.
-fn weight_spec<B: Backend>(lowp: &LowpState<B>, gemm: usize) -> &QuantizerSpec {
+/// GEMM `gemm` of a module (`part` names it after the module: `""`, `" fc1"`), exported under the
+/// module's forward weight quantizer of that GEMM.
+fn export_gemm<B: Backend>(
+    lowp: &LowpState<B>,
+    gemm: usize,
+    part: &str,
+    weight: &Param<Tensor<B, 2>>,
+    bias: Option<&Param<Tensor<B, 1>>>,
+) -> Result<QuantizedLinearExport> {
     let slot = lowp.layout.gemms()[gemm].weight;
-    &lowp.quantizers.forward[slot].spec
+    export_linear(
+        &format!("{}{part}", lowp.layout.name),
+        weight.val(),
+        bias.map(|b| b.val()),
+        &lowp.quantizers.forward[slot].spec,
+    )
 }
 
 impl<B: Backend> Linear<B> {
     /// The weights as a plain Burn `Linear`, the weight quantized by this module's forward weight
     /// quantizer as a Burn `QFloat` tensor.
     pub fn export_quantized(&self) -> Result<QuantizedLinearExport> {
-        export_linear(
-            &self.lowp.layout.name,
-            self.weight.val(),
-            self.bias.as_ref().map(|b| b.val()),
-            weight_spec(&self.lowp, 0),
-        )
+        export_gemm(&self.lowp, 0, "", &self.weight, self.bias.as_ref())
     }
 }
 
@@ -343,12 +350,7 @@ impl<B: Backend> LayerNormLinear<B> {
     /// The linear part as a plain Burn `Linear` with a quantized weight (the norm exports as a
     /// float burn-nn module through `to_burn`).
     pub fn export_quantized(&self) -> Result<QuantizedLinearExport> {
-        export_linear(
-            &self.lowp.layout.name,
-            self.weight.val(),
-            self.bias.as_ref().map(|b| b.val()),
-            weight_spec(&self.lowp, 0),
-        )
+        export_gemm(&self.lowp, 0, "", &self.weight, self.bias.as_ref())
     }
 }
 
@@ -356,19 +358,20 @@ impl<B: Backend> LayerNormMlp<B> {
     /// `fc1` and `fc2` as plain Burn `Linear`s with quantized weights (the norm exports as a
     /// float burn-nn module through `to_burn`).
     pub fn export_quantized(&self) -> Result<(QuantizedLinearExport, QuantizedLinearExport)> {
-        let name = &self.lowp.layout.name;
         Ok((
-            export_linear(
-                &format!("{name} fc1"),
-                self.fc1_weight.val(),
-                self.fc1_bias.as_ref().map(|b| b.val()),
-                weight_spec(&self.lowp, 0),
+            export_gemm(
+                &self.lowp,
+                0,
+                " fc1",
+                &self.fc1_weight,
+                self.fc1_bias.as_ref(),
             )?,
-            export_linear(
-                &format!("{name} fc2"),
-                self.fc2_weight.val(),
-                self.fc2_bias.as_ref().map(|b| b.val()),
-                weight_spec(&self.lowp, 1),
+            export_gemm(
+                &self.lowp,
+                1,
+                " fc2",
+                &self.fc2_weight,
+                self.fc2_bias.as_ref(),
             )?,
         ))
     }
