@@ -121,10 +121,11 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BytesOps<S
 
     fn u8_into_bytes(values: IntTensor<Self>, tensor: &str) -> Result<CubeBytes<R>> {
         let values = if values.dtype == DType::U8 {
-            match shared_bytes(values) {
-                Ok(bytes) => return Ok(bytes),
-                Err(view) => view,
+            let values = into_contiguous(values);
+            if aligned(&values) {
+                return Ok(shared_bytes(values));
             }
+            values
         } else {
             values
         };
@@ -141,25 +142,24 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BytesOps<S
                 supported: "F32 (scales and amaxes are f32 bytes)".to_string(),
             });
         }
-        match shared_bytes(values) {
-            Ok(bytes) => Ok(bytes),
-            Err(view) => {
-                let device = view.device.clone();
-                let data = Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(view)).into_data();
-                Ok(Self::bytes_from_host(f32_data_bytes(data, tensor)?, &device))
-            }
+        let values = into_contiguous(values);
+        if aligned(&values) {
+            return Ok(shared_bytes(values));
         }
+        let device = values.device.clone();
+        let data = Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(values)).into_data();
+        Ok(Self::bytes_from_host(f32_data_bytes(data, tensor)?, &device))
     }
 }
 
-/// A tensor's buffer as device bytes, shared (no copy) once the tensor is contiguous, where it
-/// starts at a 16-byte aligned offset (what the kernels load); a view at another offset comes
-/// back as `Err` for the caller to copy.
-fn shared_bytes<R: CubeRuntime>(t: CubeTensor<R>) -> std::result::Result<CubeBytes<R>, CubeTensor<R>> {
-    let t = into_contiguous(t);
-    if t.handle.offset_start.unwrap_or(0) % 16 != 0 {
-        return Err(t);
-    }
+/// Whether a contiguous tensor's data starts 16-byte aligned (what the kernels load), so that
+/// its buffer can serve as device bytes as is; a view at another offset is copied instead.
+fn aligned<R: CubeRuntime>(t: &CubeTensor<R>) -> bool {
+    t.handle.offset_start.unwrap_or(0).is_multiple_of(16)
+}
+
+/// A contiguous, aligned tensor's buffer as device bytes (shared: no copy).
+fn shared_bytes<R: CubeRuntime>(t: CubeTensor<R>) -> CubeBytes<R> {
     let len = t.shape().num_elements() * t.dtype.size();
-    Ok(bytes(&t.client, &t.device, t.handle, len))
+    bytes(&t.client, &t.device, t.handle, len)
 }
