@@ -49,7 +49,8 @@ pub use optim::{AdamWStep, AdamWTensors};
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) use quantized::last_column;
 pub use quantized::{
-    AmaxHistoryColumns, QuantizedStorage, QuantizedTensor, ScaleColumns, Storage, StorageScales,
+    AmaxHistoryColumns, QuantizedParts, QuantizedStorage, QuantizedTensor, QuantizedTensorParts,
+    ScaleColumns, ScaleParts, Storage, StorageScales,
 };
 pub use routing::TokenRoutes;
 

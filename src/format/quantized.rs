@@ -27,7 +27,7 @@ impl Usage {
 }
 
 /// One of the two representations: rowwise (blocks along K) or columnwise (blocks along M).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Direction {
     Rowwise,
     Columnwise,
@@ -43,7 +43,7 @@ impl Direction {
 }
 
 /// A quantized format, with what it takes to read its codes back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum QuantFormat {
     /// FP8 with one f32 scale for the whole tensor (delayed or current scaling).
     /// Columnwise codes are the physical transpose `[K, M]` (Hopper FP8 GEMMs are TN-only).
@@ -87,7 +87,7 @@ impl QuantFormat {
 }
 
 /// Layout of a block-scale byte matrix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ScaleLayout {
     /// Row-major, padded with zeros to the GEMM's 128x4 tiles.
     Compact,

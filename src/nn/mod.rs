@@ -1,5 +1,6 @@
 //! Burn modules whose GEMMs run quantized: `Linear`, `LayerNormLinear`, `LayerNormMlp`,
-//! `GroupedLinear`; conversions from and to burn-nn's modules (`burn_nn`).
+//! `GroupedLinear`; conversions from and to burn-nn's modules (`burn_nn`), and the export of
+//! their weights, quantized, as plain burn-nn `Linear` records (`quantized_export`).
 
 pub mod burn_nn;
 pub mod fused;
@@ -8,6 +9,7 @@ pub mod layernorm_linear;
 pub mod layernorm_mlp;
 pub mod linear;
 pub mod lowp_state;
+pub mod quantized_export;
 pub mod rotary;
 pub mod weight_cache;
 
@@ -16,3 +18,4 @@ pub use layernorm_linear::{LayerNormLinear, LayerNormLinearConfig, Normalization
 pub use layernorm_mlp::{LayerNormMlp, LayerNormMlpConfig};
 pub use linear::{Linear, LinearConfig};
 pub use lowp_state::LowpState;
+pub use quantized_export::{export_linear, LinearRecordData, QuantizedLinearExport};

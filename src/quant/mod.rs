@@ -7,7 +7,10 @@ pub mod spec;
 pub mod state_tensor;
 
 pub use delayed::{AmaxComputeAlgo, DelayedCast, DelayedScalingConfig, DelayedScalingState, Fp8Recipe};
-pub use crate::backend::quantized::{QuantizedStorage, QuantizedTensor, Storage, StorageScales};
+pub use crate::backend::quantized::{
+    QuantizedParts, QuantizedStorage, QuantizedTensor, QuantizedTensorParts, ScaleParts, Storage,
+    StorageScales,
+};
 pub use quantizer::{quantize, QuantizeCall};
 pub use spec::{ColumnwiseSource, IdentityDtype, QuantizerSpec};
 pub use state_tensor::StateTensor;

@@ -2,8 +2,9 @@
 //! the host go through the device thread without blocking (`host_read`), and a byte range is a
 //! view on CUDA (which binds any offset) and a copy elsewhere.
 
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Shape};
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, Int, Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_lowp_kernels as kernels;
@@ -11,8 +12,9 @@ use burn_lowp_kernels as kernels;
 use super::CubeBytes;
 use super::buffers::{bytes, float_tensor};
 use super::host_read::host_read_later;
+use crate::backend::ops::bytes::{f32_data_bytes, int_data_bytes};
 use crate::backend::BytesOps;
-use crate::error::Result;
+use crate::error::{LowpError, Result};
 use crate::format::{HostMatrix, InputDtype};
 
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BytesOps<Self>
@@ -100,4 +102,64 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> BytesOps<S
             dtype,
         )
     }
+
+    fn bytes_len(bytes: &CubeBytes<R>) -> usize {
+        bytes.len
+    }
+
+    fn bytes_as_u8(bytes: &CubeBytes<R>, shape: [usize; 2]) -> IntTensor<Self> {
+        assert_eq!(shape[0] * shape[1], bytes.len, "a U8 tensor of shape {shape:?} over {} bytes", bytes.len);
+        // The same buffer: no copy, no host round trip.
+        CubeTensor::new_contiguous(
+            bytes.client.clone(),
+            bytes.device.clone(),
+            Shape::new(shape),
+            bytes.handle.clone(),
+            DType::U8,
+        )
+    }
+
+    fn u8_into_bytes(values: IntTensor<Self>, tensor: &str) -> Result<CubeBytes<R>> {
+        let values = if values.dtype == DType::U8 {
+            let values = into_contiguous(values);
+            if aligned(&values) {
+                return Ok(shared_bytes(values));
+            }
+            values
+        } else {
+            values
+        };
+        let device = values.device.clone();
+        let data = Tensor::<Self, 1, Int>::from_primitive(values).into_data();
+        Ok(Self::bytes_from_host(int_data_bytes(data, tensor)?, &device))
+    }
+
+    fn f32_into_bytes(values: FloatTensor<Self>, tensor: &str) -> Result<CubeBytes<R>> {
+        if values.dtype != DType::F32 {
+            return Err(LowpError::Dtype {
+                tensor: tensor.to_string(),
+                dtype: format!("{:?}", values.dtype),
+                supported: "F32 (scales and amaxes are f32 bytes)".to_string(),
+            });
+        }
+        let values = into_contiguous(values);
+        if aligned(&values) {
+            return Ok(shared_bytes(values));
+        }
+        let device = values.device.clone();
+        let data = Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(values)).into_data();
+        Ok(Self::bytes_from_host(f32_data_bytes(data, tensor)?, &device))
+    }
+}
+
+/// Whether a contiguous tensor's data starts 16-byte aligned (what the kernels load), so that
+/// its buffer can serve as device bytes as is; a view at another offset is copied instead.
+fn aligned<R: CubeRuntime>(t: &CubeTensor<R>) -> bool {
+    t.handle.offset_start.unwrap_or(0).is_multiple_of(16)
+}
+
+/// A contiguous, aligned tensor's buffer as device bytes (shared: no copy).
+fn shared_bytes<R: CubeRuntime>(t: CubeTensor<R>) -> CubeBytes<R> {
+    let len = t.shape().num_elements() * t.dtype.size();
+    bytes(&t.client, &t.device, t.handle, len)
 }

@@ -38,4 +38,8 @@ impl BytesOps<Self> for NdArray {
     fn bytes_float_from_host(m: &HostMatrix, _device: &NdArrayDevice) -> FloatTensor<Self> {
         NdArrayTensor::from_data(TensorData::new(m.values.clone(), [m.rows, m.cols]))
     }
+
+    fn bytes_len(bytes: &HostBytes) -> usize {
+        bytes.len()
+    }
 }
