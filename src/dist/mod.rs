@@ -47,7 +47,7 @@ pub mod tensor_collectives;
 
 pub use env::LaunchEnv;
 pub use fault::FaultState;
-pub use grad_reduce::{reduce_gradients, GradReduceOptions, ReduceOp, TensorAllReduce};
+pub use grad_reduce::{reduce_gradients, reduce_gradients_in, GradReduceOptions, ReduceOp, ReduceScope, TensorAllReduce};
 pub use rendezvous::Fingerprint;
 pub use all_to_all_op::DifferentiableAllToAll;
 pub use split::{invert_permutation, AllToAllSplits, ExpertSharding, ParallelLayout};

@@ -24,9 +24,10 @@
 //! exchanges (`dist::DifferentiableAllToAll`). The expert weights' gradients hold the tokens of
 //! the whole EP group; the training loop reduces them over the expert-data-parallel group.
 
+use std::collections::HashSet;
 use std::ops::Range;
 
-use burn::module::Param;
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
@@ -180,5 +181,27 @@ impl MoeLmConfig {
             layer.moe.experts = layer.moe.experts.slice_experts(range.clone(), recipe, &format!("layers.{i}.moe.experts"))?;
         }
         Ok(model)
+    }
+}
+
+/// Collects the ids of the parameters it visits.
+struct ParamIds(HashSet<ParamId>);
+
+impl<B: Backend> ModuleVisitor<B> for ParamIds {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.insert(param.id);
+    }
+}
+
+impl<B: Backend> MoeLm<B> {
+    /// The ids of the experts' parameters (every MoE layer's `experts`): under expert
+    /// parallelism their gradients are reduced over the expert-data-parallel group, the other
+    /// parameters' over the world.
+    pub fn expert_param_ids(&self) -> HashSet<ParamId> {
+        let mut ids = ParamIds(HashSet::new());
+        for layer in &self.layers {
+            layer.moe.experts.visit(&mut ids);
+        }
+        ids.0
     }
 }
