@@ -66,13 +66,13 @@ pub fn load_recipes(args: &MoeTrainArgs) -> Result<Vec<(String, Recipe)>, LowpEr
     }
 }
 
-/// `run` as one rank of a data parallel run (`parallel`; `None`: the only rank). Rank 0 alone
+/// `run` as one rank of a data (and expert) parallel run (`parallel`; `None`: the only rank). Rank 0 alone
 /// writes the summaries, tables, charts and GEMM tuning files.
 pub fn run_parallel<B>(
     args: &MoeTrainArgs,
     device: &B::Device,
     memory_probe: Option<&dyn Fn() -> u64>,
-    parallel: Option<&DataParallel<B::InnerBackend>>,
+    parallel: Option<&DataParallel<B>>,
 ) -> Result<Vec<RunSummary>, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
