@@ -13,6 +13,10 @@
 # 2. data parallel = one GPU: benches/dist/dp-check.json (20 steps, a loss every step, aux loss
 #    off: the load-balancing loss is a product of per-shard means, not a mean over the shards),
 #    bf16 and delayed scaling, a 2-rank run against the one-GPU run of the same global batch;
+# 2b. expert parallel = one GPU: benches/dist/ep-check.json (dp-check.json with
+#    expert_parallel_size 2: each rank holds 4 of the 8 experts, tokens exchanged by all-to-all),
+#    bf16 and delayed scaling, the 2-rank run against check 2's one-GPU run, same tolerance (the
+#    experts see the same rows in another order, the same rounding arguments hold);
 # 3. a killed rank: rank 1 killed (SIGKILL) mid-run; rank 0 must end with its own error and the
 #    launcher with a failure within 60 s (LOWP_DIST_TIMEOUT=30), and rank 0 must write no summary;
 # 4. tokens/s of 1 and 2 GPUs, configs/moe-fine-grained.json and configs/moe-1.9b.json, 35 steps
@@ -60,6 +64,26 @@ for recipe in bf16 delayed_scaling; do
   case "$verdict" in
     ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
     *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
+  esac
+done
+
+# --- 2b. expert parallel against one GPU ----------------------------------------------------------
+compare_losses() {
+  paste <(losses "$1") <(losses "$2") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      if (n == 1) first = r; if (r > worst) { worst = r; at = n - 1 } }
+    END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
+          printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }'
+}
+for recipe in bf16 delayed_scaling; do
+  one="$OUT/one-$recipe" ep="$OUT/ep2-$recipe"
+  [ -s "$one/$recipe/metrics.jsonl" ] || { fail "ep=2 equals ep=1 $recipe: no one-GPU run from check 2"; continue; }
+  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/ep-check.json --recipe "recipes/$recipe.json" \
+    --no-checkpoint --quiet --out "$ep" >"$ep.log" 2>&1 || { fail "ep=2 equals ep=1 $recipe: the 2-rank EP run failed (see $ep.log)"; tail -5 "$ep.log"; continue; }
+  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$ep/$recipe/metrics.jsonl")
+  case "$verdict" in
+    ok*) pass "ep=2 equals ep=1 $recipe: ${verdict#ok }" ;;
+    *) fail "ep=2 equals ep=1 $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
   esac
 done
 

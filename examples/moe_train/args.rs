@@ -27,6 +27,9 @@ pub struct MoeTrainArgs {
     /// Overrides train.steps of the config.
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Overrides train.expert_parallel_size of the config (ranks per expert-parallel group).
+    #[arg(long)]
+    pub expert_parallel_size: Option<usize>,
     /// Continue from a checkpoint directory (`<out>/<recipe>/checkpoint`).
     #[arg(long)]
     pub resume: Option<PathBuf>,
