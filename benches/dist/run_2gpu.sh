@@ -50,24 +50,6 @@ fi
 
 # --- 2. data parallel against one GPU -----------------------------------------------------------
 losses() { grep -o '"loss":[-0-9.eE+naNinf]*' "$1" | cut -d: -f2; }
-for recipe in bf16 delayed_scaling; do
-  one="$OUT/one-$recipe" two="$OUT/two-$recipe"
-  CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$one" >"$one.log" 2>&1 || { fail "dp=1gpu $recipe: the one-GPU run failed (see $one.log)"; tail -5 "$one.log"; continue; }
-  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$two" >"$two.log" 2>&1 || { fail "dp=1gpu $recipe: the 2-rank run failed (see $two.log)"; tail -5 "$two.log"; continue; }
-  verdict=$(paste <(losses "$one/$recipe/metrics.jsonl") <(losses "$two/$recipe/metrics.jsonl") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (n == 1) first = r; if (r > worst) { worst = r; at = n - 1 } }
-    END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
-          printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }')
-  case "$verdict" in
-    ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
-    *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
-  esac
-done
-
-# --- 2b. expert parallel against one GPU ----------------------------------------------------------
 compare_losses() {
   paste <(losses "$1") <(losses "$2") | awk '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
@@ -75,6 +57,20 @@ compare_losses() {
     END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
           printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }'
 }
+for recipe in bf16 delayed_scaling; do
+  one="$OUT/one-$recipe" two="$OUT/two-$recipe"
+  CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
+    --no-checkpoint --quiet --out "$one" >"$one.log" 2>&1 || { fail "dp=1gpu $recipe: the one-GPU run failed (see $one.log)"; tail -5 "$one.log"; continue; }
+  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
+    --no-checkpoint --quiet --out "$two" >"$two.log" 2>&1 || { fail "dp=1gpu $recipe: the 2-rank run failed (see $two.log)"; tail -5 "$two.log"; continue; }
+  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$two/$recipe/metrics.jsonl")
+  case "$verdict" in
+    ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
+    *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
+  esac
+done
+
+# --- 2b. expert parallel against one GPU ----------------------------------------------------------
 for recipe in bf16 delayed_scaling; do
   one="$OUT/one-$recipe" ep="$OUT/ep2-$recipe"
   [ -s "$one/$recipe/metrics.jsonl" ] || { fail "ep=2 equals ep=1 $recipe: no one-GPU run from check 2"; continue; }
