@@ -13,7 +13,7 @@ use burn_lowp::dist::{DifferentiableAllToAll, GradReduceOptions, LoopbackAllToAl
 use clap::Parser;
 
 use crate::args::MoeTrainArgs;
-use crate::command::run;
+use crate::command::{load_config, run};
 use crate::data::Corpus;
 use crate::run_config::RunConfig;
 use crate::suite;
@@ -147,6 +147,12 @@ fn expert_parallel_config_checks() {
         let err = config.train.check_world_size(world).unwrap_err().to_string();
         assert!(err.contains("train.expert_parallel_size = 4") && err.contains(&format!("world size {world}")), "{err}");
     }
+    // --expert-parallel-size overrides the file, through the same checks.
+    let config = load_config(&MoeTrainArgs::parse_from(["moe_train", "--expert-parallel-size", "2"])).unwrap();
+    assert_eq!(config.train.expert_parallel_size, 2);
+    assert_eq!(config.to_json().replace("\"expert_parallel_size\": 2", "\"expert_parallel_size\": 1"), RunConfig::default().to_json());
+    let err = load_config(&MoeTrainArgs::parse_from(["moe_train", "--expert-parallel-size", "3"])).unwrap_err().to_string();
+    assert!(err.contains("model.num_experts = 8"), "{err}");
 }
 
 /// The all-reduce of a one-rank group: the values themselves.
