@@ -49,14 +49,7 @@ else
 fi
 
 # --- 2. data parallel against one GPU -----------------------------------------------------------
-losses() { grep -o '"loss":[-0-9.eE+naNinf]*' "$1" | cut -d: -f2; }
-compare_losses() {
-  paste <(losses "$1") <(losses "$2") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (n == 1) first = r; if (r > worst) { worst = r; at = n - 1 } }
-    END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
-          printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }'
-}
+. "$(dirname "$0")/compare_losses.sh"
 for recipe in bf16 delayed_scaling; do
   one="$OUT/one-$recipe" two="$OUT/two-$recipe"
   CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \

@@ -27,14 +27,7 @@ echo "outputs in $OUT"
 eps="2"; [ "$N" -gt 2 ] && eps="2 $N"
 
 # --- 1. expert parallel against one GPU ---------------------------------------------------------
-losses() { grep -o '"loss":[-0-9.eE+naNinf]*' "$1" | cut -d: -f2; }
-compare_losses() {
-  paste <(losses "$1") <(losses "$2") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (n == 1) first = r; if (r > worst) { worst = r; at = n - 1 } }
-    END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
-          printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }'
-}
+. "$(dirname "$0")/compare_losses.sh"
 for recipe in bf16 delayed_scaling; do
   one="$OUT/one-$recipe"
   CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \

@@ -117,17 +117,11 @@ impl<B: LowpLinear> MoeLayer<B> {
         let back = exchange.all_to_all(y, &splits.recv, &splits.send)?;
         let y = combine(back, routing.weights, &routes)?;
         debug_assert_eq!(y.dims(), [tokens, hidden]);
-        let y = match &self.shared {
-            Some(shared) => y + shared.forward(x, is_first_microbatch)?,
-            None => y,
+        let aux = MoeAux {
+            loss: routing.aux_loss + routing.z_loss,
+            tokens_per_expert: routing.tokens_per_expert,
         };
-        Ok((
-            y,
-            MoeAux {
-                loss: routing.aux_loss + routing.z_loss,
-                tokens_per_expert: routing.tokens_per_expert,
-            },
-        ))
+        self.with_shared_expert(y, x, is_first_microbatch, aux)
     }
 }
 
