@@ -16,14 +16,23 @@
 //! Each rank all-reduces (sum, max, average; f32 and bf16) and checks the results exactly,
 //! all-gathers per-expert token counts, then dispatches rows to their experts' EP ranks by an
 //! uneven all-to-all (empty blocks included) and combines them back, checking every received
-//! row and the round trip bit for bit.
+//! row and the round trip bit for bit; then the same dispatch through the MoE layer's
+//! differentiable token exchange on Burn tensors (`DifferentiableAllToAll` over the EP
+//! communicator), checking the received rows and the gradients that come back, exactly.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use burn_lowp::dist::launcher::{launch, take_nproc_arg, LaunchOptions};
-use burn_lowp::dist::{AllToAllSplits, ExpertSharding, Fingerprint, ProcessGroup, ReduceDtype, ReduceOp};
+use std::sync::Arc;
+
+use burn::backend::Autodiff;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_cubecl::CubeBackend;
+use burn_lowp::dist::{
+    AllToAllSplits, DifferentiableAllToAll, ExpertSharding, Fingerprint, ProcessGroup, ReduceDtype, ReduceOp, TokenAllToAll,
+};
 use burn_lowp::{LowpError, Result};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
@@ -181,6 +190,57 @@ fn check_collectives(group: &ProcessGroup, options: &Options) -> Result<()> {
         if returned[..rows.len()] != rows[..] {
             return Err(LowpError::distributed(format!("iteration {iter}: the combine did not return the rows sent")));
         }
+    }
+    check_token_exchange(group)?;
+    group.check()
+}
+
+type Inner = CubeBackend<CudaRuntime, f32, i32, u8>;
+
+/// The MoE layer's token exchange on Burn tensors: rows `[source EP rank, expert, index, 0]`
+/// (f32, exact) sorted by expert go to their experts' owners; the received rows must be every
+/// source's rows for this rank's experts, source-major; the loss `sum(received * (rank + 1))`
+/// must give each sent row the gradient `owner + 1` back through the transposed exchange.
+fn check_token_exchange(group: &ProcessGroup) -> Result<()> {
+    let ep = &group.expert_parallel;
+    let (me, size) = (ep.rank(), ep.size());
+    let device = CudaDevice::new(group.device);
+    let sharding = ExpertSharding::new(2 * size, size)?;
+    let experts = sharding.num_experts;
+    let count = |r: usize, e: usize| (r * 5 + e * 3) % 4;
+    let exchange = DifferentiableAllToAll::<Inner>::new(Arc::new(ep.clone()));
+    let exchange: &dyn TokenAllToAll<Autodiff<Inner>> = &exchange;
+
+    let mine: Vec<i64> = (0..experts).map(|e| count(me, e) as i64).collect();
+    let counts = exchange.gather_counts(Tensor::<Autodiff<Inner>, 1, Int>::from_data(TensorData::new(mine, [experts]), &device))?;
+    let expected: Vec<usize> = (0..size).flat_map(|r| (0..experts).map(move |e| count(r, e))).collect();
+    if counts != expected {
+        return Err(LowpError::distributed(format!("token exchange counts: got {counts:?}, expected {expected:?}")));
+    }
+    let splits = AllToAllSplits::dispatch(&sharding, me, &counts)?;
+    let row = |src: usize, e: usize, i: usize| [src as f32, e as f32, i as f32, 0.0];
+    let rows: Vec<f32> = (0..experts).flat_map(|e| (0..count(me, e)).flat_map(move |i| row(me, e, i))).collect();
+    let n = rows.len() / 4;
+    let x = Tensor::<Autodiff<Inner>, 2>::from_data(TensorData::new(rows, [n, 4]), &device).require_grad();
+    let received = exchange.all_to_all(x.clone(), &splits.send, &splits.recv)?;
+    let local = sharding.local_experts(me)?;
+    let expected: Vec<f32> = (0..size)
+        .flat_map(|src| local.clone().flat_map(move |e| (0..count(src, e)).flat_map(move |i| row(src, e, i))))
+        .collect();
+    let got: Vec<f32> = received.clone().inner().into_data().convert::<f32>().into_vec().expect("f32 rows");
+    if got != expected {
+        return Err(LowpError::distributed(format!("token exchange: received {got:?}, expected {expected:?}")));
+    }
+    let grads = received.mul_scalar((me + 1) as f32).sum().backward();
+    let dx: Vec<f32> = x.grad(&grads).expect("the rows' gradient").into_data().convert::<f32>().into_vec().expect("f32");
+    let want: Vec<f32> = (0..experts)
+        .flat_map(|e| {
+            let owner = sharding.owner(e).expect("an expert") as f32;
+            std::iter::repeat_n(owner + 1.0, 4 * count(me, e))
+        })
+        .collect();
+    if dx != want {
+        return Err(LowpError::distributed(format!("token exchange backward: gradient {dx:?}, expected {want:?}")));
     }
     group.check()
 }

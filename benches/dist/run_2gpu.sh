@@ -13,7 +13,11 @@
 # 2. data parallel = one GPU: benches/dist/dp-check.json (20 steps, a loss every step, aux loss
 #    off: the load-balancing loss is a product of per-shard means, not a mean over the shards),
 #    bf16 and delayed scaling, a 2-rank run against the one-GPU run of the same global batch;
-# 2b. resume: stopped after 10 steps and resumed, the losses equal the uninterrupted run's bit for
+# 2b. expert parallel = one GPU: benches/dist/ep-check.json (dp-check.json with
+#    expert_parallel_size 2: each rank holds 4 of the 8 experts, tokens exchanged by all-to-all),
+#    bf16 and delayed scaling, the 2-rank run against check 2's one-GPU run, same tolerance (the
+#    experts see the same rows in another order, the same rounding arguments hold);
+# 2c. resume: stopped after 10 steps and resumed, the losses equal the uninterrupted run's bit for
 #    bit (the same world size);
 # 3. a killed rank: rank 1 killed (SIGKILL) mid-run; rank 0 must end with its own error and the
 #    launcher with a failure within 60 s (LOWP_DIST_TIMEOUT=30), and rank 0 must write no summary;
@@ -47,25 +51,34 @@ else
 fi
 
 # --- 2. data parallel against one GPU -----------------------------------------------------------
-losses() { grep -o '"loss":[-0-9.eE+naNinf]*' "$1" | cut -d: -f2; }
+. "$(dirname "$0")/compare_losses.sh"
 for recipe in bf16 delayed_scaling; do
   one="$OUT/one-$recipe" two="$OUT/two-$recipe"
   CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
     --no-checkpoint --quiet --out "$one" >"$one.log" 2>&1 || { fail "dp=1gpu $recipe: the one-GPU run failed (see $one.log)"; tail -5 "$one.log"; continue; }
   timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
     --no-checkpoint --quiet --out "$two" >"$two.log" 2>&1 || { fail "dp=1gpu $recipe: the 2-rank run failed (see $two.log)"; tail -5 "$two.log"; continue; }
-  verdict=$(paste <(losses "$one/$recipe/metrics.jsonl") <(losses "$two/$recipe/metrics.jsonl") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (n == 1) first = r; if (r > worst) { worst = r; at = n - 1 } }
-    END { ok = (n == 20 && first <= 0.005 && worst <= 0.02);
-          printf "%s %d steps, step 0 differs by %.4f %%, worst %.4f %% at step %d\n", ok ? "ok" : "bad", n, 100 * first, 100 * worst, at }')
+  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$two/$recipe/metrics.jsonl")
   case "$verdict" in
     ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
     *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
   esac
 done
 
-# --- 2b. resume: a 2-rank run stopped after 10 steps and resumed from its checkpoint ------------
+# --- 2b. expert parallel against one GPU ----------------------------------------------------------
+for recipe in bf16 delayed_scaling; do
+  one="$OUT/one-$recipe" ep="$OUT/ep2-$recipe"
+  [ -s "$one/$recipe/metrics.jsonl" ] || { fail "ep=2 equals ep=1 $recipe: no one-GPU run from check 2"; continue; }
+  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/ep-check.json --recipe "recipes/$recipe.json" \
+    --no-checkpoint --quiet --out "$ep" >"$ep.log" 2>&1 || { fail "ep=2 equals ep=1 $recipe: the 2-rank EP run failed (see $ep.log)"; tail -5 "$ep.log"; continue; }
+  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$ep/$recipe/metrics.jsonl")
+  case "$verdict" in
+    ok*) pass "ep=2 equals ep=1 $recipe: ${verdict#ok }" ;;
+    *) fail "ep=2 equals ep=1 $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
+  esac
+done
+
+# --- 2c. resume: a 2-rank run stopped after 10 steps and resumed from its checkpoint ------------
 # continues bit for bit as the uninterrupted 2-rank run of check 2 (the losses printed in full
 # precision, compared as text). Needs check 2's runs.
 for recipe in bf16 delayed_scaling; do

@@ -32,6 +32,9 @@ pub struct MoeTrainArgs {
     /// continues.
     #[arg(long)]
     pub stop_after: Option<usize>,
+    /// Overrides train.expert_parallel_size of the config (ranks per expert-parallel group).
+    #[arg(long)]
+    pub expert_parallel_size: Option<usize>,
     /// Continue from a checkpoint directory (`<out>/<recipe>/checkpoint`).
     #[arg(long)]
     pub resume: Option<PathBuf>,

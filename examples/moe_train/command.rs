@@ -38,7 +38,8 @@ where
     run_parallel::<B>(args, device, memory_probe, None)
 }
 
-/// The run config of the command line: the file (or the defaults), `--steps` applied.
+/// The run config of the command line: the file (or the defaults), `--steps` and
+/// `--expert-parallel-size` applied.
 pub fn load_config(args: &MoeTrainArgs) -> Result<RunConfig, LowpError> {
     let mut config = match &args.config {
         Some(path) => RunConfig::load(path)?,
@@ -49,6 +50,12 @@ pub fn load_config(args: &MoeTrainArgs) -> Result<RunConfig, LowpError> {
             return Err(LowpError::invalid("--steps", steps, "must be positive"));
         }
         config.train.steps = steps;
+    }
+    if let Some(ep) = args.expert_parallel_size {
+        let mut given = serde_json::from_str::<serde_json::Value>(&config.to_json()).expect("a run config is JSON");
+        given["train"]["expert_parallel_size"] = ep.into();
+        // Through the file's checks again: ep must divide num_experts.
+        config = RunConfig::from_json(&given.to_string())?;
     }
     Ok(config)
 }
@@ -66,13 +73,13 @@ pub fn load_recipes(args: &MoeTrainArgs) -> Result<Vec<(String, Recipe)>, LowpEr
     }
 }
 
-/// `run` as one rank of a data parallel run (`parallel`; `None`: the only rank). Rank 0 alone
+/// `run` as one rank of a data (and expert) parallel run (`parallel`; `None`: the only rank). Rank 0 alone
 /// writes the summaries, tables, charts and GEMM tuning files.
 pub fn run_parallel<B>(
     args: &MoeTrainArgs,
     device: &B::Device,
     memory_probe: Option<&dyn Fn() -> u64>,
-    parallel: Option<&DataParallel<B::InnerBackend>>,
+    parallel: Option<&DataParallel<B>>,
 ) -> Result<Vec<RunSummary>, LowpError>
 where
     B: AutodiffBackend + LowpLinear,

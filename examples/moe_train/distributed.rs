@@ -1,8 +1,12 @@
 //! A rank of a multi-GPU run on CUDA (`--features nccl`): the process group joined after the run
 //! config and recipes are read (their hashes must agree on every rank), then the command as a
-//! data parallel rank (`parallel`). A failure tells the other ranks, which end at once.
+//! data parallel rank (`parallel`), expert-parallel too when `train.expert_parallel_size` > 1
+//! (the token exchange over the process group's expert-parallel communicator). A failure tells
+//! the other ranks, which end at once.
 
-use burn_lowp::dist::{Fingerprint, GradReduceOptions, LaunchEnv, ProcessGroup};
+use std::sync::Arc;
+
+use burn_lowp::dist::{DifferentiableAllToAll, Fingerprint, GradReduceOptions, LaunchEnv, ProcessGroup, TokenAllToAll};
 use burn_lowp::error::LowpError;
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::Runtime;
@@ -10,7 +14,7 @@ use burn_lowp_kernels::cubecl::Runtime;
 use crate::args::MoeTrainArgs;
 use crate::command::{load_config, load_recipes, run_parallel};
 use crate::cuda::Backend;
-use crate::parallel::DataParallel;
+use crate::parallel::{DataParallel, ExpertParallel};
 
 /// Trains as the rank `env` names (WORLD_SIZE above 1).
 pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
@@ -29,6 +33,14 @@ pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
     let client = CudaRuntime::client(&device);
     let probe = move || client.memory_usage().map(|u| u.bytes_reserved).unwrap_or(0);
     let check = || group.check();
+    type Inner = <Backend as burn::tensor::backend::AutodiffBackend>::InnerBackend;
+    let exchange = DifferentiableAllToAll::<Inner>::new(Arc::new(group.expert_parallel.clone()));
+    let expert_parallel = (group.layout.ep_size > 1).then(|| ExpertParallel {
+        layout: group.layout,
+        ep_rank: group.expert_parallel.rank(),
+        exchange: &exchange as &dyn TokenAllToAll<Backend>,
+        expert_reducer: &group.expert_data_parallel,
+    });
     let parallel = DataParallel {
         rank: group.rank(),
         world_size: group.world_size(),
@@ -38,6 +50,7 @@ pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
             in_fp32: config.train.grad_reduce_in_fp32,
             ..GradReduceOptions::default()
         },
+        expert_parallel,
     };
     match run_parallel::<Backend>(args, &device, Some(&probe), Some(&parallel)) {
         Ok(_) => group.finish(),

@@ -8,53 +8,102 @@
 //! (TE's `reduce_and_update_fp8_tensors`), and the routers' expert loads are summed, so that every
 //! rank updates the same scales and biases the one-GPU run of the global batch would; the logged
 //! losses are averaged over the ranks. Rank 0 alone writes files.
+//!
+//! Expert parallelism (`train.expert_parallel_size` = ep > 1, `ExpertParallel`): the ranks form
+//! groups of ep consecutive ranks; each rank holds `num_experts / ep` experts and the MoE layers
+//! exchange tokens over its group (`MoeLm::forward_loss_with`). Data stays sharded over every
+//! rank. The experts' gradients are summed over the ranks holding the same experts (the
+//! expert-data-parallel group) and divided by the world size (`ParallelLayout::grad_divisor`),
+//! the other gradients averaged over the world; the experts' delayed-scaling amaxes take their
+//! maximum over the expert-data-parallel group, the others over the world.
 
-use burn::module::AutodiffModule;
 use burn::optim::GradientsParams;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_lowp::dist::{reduce_gradients, GradReduceOptions, ReduceOp, TensorAllReduce};
+use burn_lowp::dist::{reduce_gradients_in, GradReduceOptions, ParallelLayout, ReduceOp, ReduceScope, TensorAllReduce, TokenAllToAll};
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
+use burn_lowp::nn::LowpState;
 use burn_lowp::ops::LowpLinear;
 
 /// A rank of a data parallel run: the collectives over every rank, on the inner backend `IB`
-/// (where gradients live).
-pub struct DataParallel<'a, IB: Backend> {
+/// (where gradients live), and the expert-parallel group's when ep > 1.
+pub struct DataParallel<'a, B: AutodiffBackend> {
     pub rank: usize,
     pub world_size: usize,
-    pub reducer: &'a dyn TensorAllReduce<IB>,
+    pub reducer: &'a dyn TensorAllReduce<B::InnerBackend>,
     /// `Err` once a peer died or a collective failed or timed out: checked once a step.
     pub check: &'a dyn Fn() -> Result<(), LowpError>,
     pub grad_reduce: GradReduceOptions,
+    /// `None` when every rank holds every expert (ep = 1).
+    pub expert_parallel: Option<ExpertParallel<'a, B>>,
 }
 
-impl<IB: Backend> DataParallel<'_, IB> {
+/// A rank's part in expert parallelism.
+pub struct ExpertParallel<'a, B: AutodiffBackend> {
+    pub layout: ParallelLayout,
+    /// This rank's index in its EP group: which experts it holds.
+    pub ep_rank: usize,
+    /// The token exchange over the EP group (differentiable).
+    pub exchange: &'a dyn TokenAllToAll<B>,
+    /// The all-reduce over the ranks that hold the same experts.
+    pub expert_reducer: &'a dyn TensorAllReduce<B::InnerBackend>,
+}
+
+impl<B: AutodiffBackend> DataParallel<'_, B> {
     pub fn is_writer(&self) -> bool {
         self.rank == 0
     }
 
-    /// The step's gradients averaged over the ranks.
-    pub fn reduce_gradients<B, M>(&self, module: &M, grads: GradientsParams) -> Result<GradientsParams, LowpError>
+    /// The token exchange the model's forward takes (`None` without expert parallelism).
+    pub fn exchange(&self) -> Option<&dyn TokenAllToAll<B>> {
+        self.expert_parallel.as_ref().map(|ep| ep.exchange)
+    }
+
+    /// The step's gradients averaged over the ranks: every gradient over the world without
+    /// expert parallelism; with it, the experts' summed over the expert-data-parallel group and
+    /// divided by the world size, the others averaged over the world.
+    pub fn reduce_gradients(&self, model: &MoeLm<B>, grads: GradientsParams) -> Result<GradientsParams, LowpError>
     where
-        B: AutodiffBackend<InnerBackend = IB>,
-        M: AutodiffModule<B>,
+        B: LowpLinear,
     {
-        reduce_gradients::<B, M>(module, grads, self.reducer, self.grad_reduce)
+        let Some(ep) = &self.expert_parallel else {
+            return reduce_gradients_in::<B, _>(model, grads, self.reducer, self.grad_reduce, ReduceScope::ALL);
+        };
+        let experts = model.expert_param_ids();
+        let is_expert = |id| experts.contains(&id);
+        let is_dense = |id| !experts.contains(&id);
+        let grads = reduce_gradients_in::<B, _>(
+            model,
+            grads,
+            ep.expert_reducer,
+            self.grad_reduce,
+            ReduceScope {
+                keep: Some(&is_expert),
+                divisor: Some(ep.layout.grad_divisor()),
+            },
+        )?;
+        reduce_gradients_in::<B, _>(
+            model,
+            grads,
+            self.reducer,
+            self.grad_reduce,
+            ReduceScope {
+                keep: Some(&is_dense),
+                divisor: None,
+            },
+        )
     }
 
     /// The mean over the ranks of `values` (one all-reduce, in FP32).
-    pub fn average(&self, values: Tensor<IB, 1>) -> Result<Tensor<IB, 1>, LowpError> {
+    pub fn average(&self, values: Tensor<B::InnerBackend, 1>) -> Result<Tensor<B::InnerBackend, 1>, LowpError> {
         let dtype = values.dtype();
         Ok(self.reducer.all_reduce(values.cast(DType::F32), ReduceOp::Avg)?.cast(dtype))
     }
 
     /// The routers' expert loads of the step summed over the ranks (one all-reduce, in FP32:
     /// exact below 2^24 tokens an expert).
-    pub fn sum_loads<B>(&self, loads: Vec<Tensor<B, 1, Int>>) -> Result<Vec<Tensor<B, 1, Int>>, LowpError>
-    where
-        B: AutodiffBackend<InnerBackend = IB>,
-    {
+    pub fn sum_loads(&self, loads: Vec<Tensor<B, 1, Int>>) -> Result<Vec<Tensor<B, 1, Int>>, LowpError> {
         if loads.is_empty() {
             return Ok(loads);
         }
@@ -73,40 +122,59 @@ impl<IB: Backend> DataParallel<'_, IB> {
     }
 
     /// Row 0 of every delayed-scaling amax history (this step's amaxes) replaced by its maximum
-    /// over the ranks, in one all-reduce, before `end_step` turns the histories into scales. A
-    /// no-op without delayed scaling.
-    pub fn reduce_amaxes<B>(&self, model: &MoeLm<B>) -> Result<(), LowpError>
+    /// over the ranks that hold the same weights (the experts' over the expert-data-parallel
+    /// group under expert parallelism, everything else over the world), in one all-reduce per
+    /// group, before `end_step` turns the histories into scales. A no-op without delayed scaling.
+    pub fn reduce_amaxes(&self, model: &MoeLm<B>) -> Result<(), LowpError>
     where
-        B: AutodiffBackend<InnerBackend = IB> + LowpLinear,
+        B: LowpLinear,
     {
-        let states: Vec<_> = model
-            .lowp_states()
-            .into_iter()
-            .flat_map(|s| [s.delayed_forward.as_ref(), s.delayed_backward.as_ref()])
-            .flatten()
-            .collect();
-        if states.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<Tensor<IB, 1>> = states
+        let Some(ep) = &self.expert_parallel else {
+            return reduce_amaxes_over(model.lowp_states(), self.reducer);
+        };
+        let experts: Vec<*const LowpState<B>> = model
+            .layers
             .iter()
-            .map(|s| {
-                let history = s.amax_history.value().inner();
-                let [_, slots] = history.dims();
-                history.slice([0..1, 0..slots]).reshape([slots])
-            })
+            .flat_map(|l| [&l.moe.experts.fc1.lowp as *const _, &l.moe.experts.fc2.lowp as *const _])
             .collect();
-        let widths: Vec<usize> = rows.iter().map(|r| r.dims()[0]).collect();
-        let reduced = self.reducer.all_reduce(Tensor::cat(rows, 0).cast(DType::F32), ReduceOp::Max)?;
-        let mut offset = 0;
-        for (state, width) in states.into_iter().zip(widths) {
-            let row = reduced.clone().slice([offset..offset + width]).reshape([1, width]);
-            offset += width;
-            let history = state.amax_history.value().inner();
-            let dtype = history.dtype();
-            let merged = history.slice_assign([0..1, 0..width], row.cast(dtype));
-            state.amax_history.set(Tensor::from_inner(merged));
-        }
-        Ok(())
+        let (expert_states, dense): (Vec<_>, Vec<_>) =
+            model.lowp_states().into_iter().partition(|s| experts.contains(&(*s as *const _)));
+        reduce_amaxes_over(expert_states, ep.expert_reducer)?;
+        reduce_amaxes_over(dense, self.reducer)
     }
+}
+
+/// Row 0 of the amax histories of `states` replaced by its maximum over `reducer`'s ranks.
+fn reduce_amaxes_over<B>(states: Vec<&LowpState<B>>, reducer: &dyn TensorAllReduce<B::InnerBackend>) -> Result<(), LowpError>
+where
+    B: AutodiffBackend + LowpLinear,
+{
+    let states: Vec<_> = states
+        .into_iter()
+        .flat_map(|s| [s.delayed_forward.as_ref(), s.delayed_backward.as_ref()])
+        .flatten()
+        .collect();
+    if states.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Tensor<B::InnerBackend, 1>> = states
+        .iter()
+        .map(|s| {
+            let history = s.amax_history.value().inner();
+            let [_, slots] = history.dims();
+            history.slice([0..1, 0..slots]).reshape([slots])
+        })
+        .collect();
+    let widths: Vec<usize> = rows.iter().map(|r| r.dims()[0]).collect();
+    let reduced = reducer.all_reduce(Tensor::cat(rows, 0).cast(DType::F32), ReduceOp::Max)?;
+    let mut offset = 0;
+    for (state, width) in states.into_iter().zip(widths) {
+        let row = reduced.clone().slice([offset..offset + width]).reshape([1, width]);
+        offset += width;
+        let history = state.amax_history.value().inner();
+        let dtype = history.dtype();
+        let merged = history.slice_assign([0..1, 0..width], row.cast(dtype));
+        state.amax_history.set(Tensor::from_inner(merged));
+    }
+    Ok(())
 }

@@ -60,8 +60,11 @@ pub struct TrainConfig {
     /// bytes on the wire, each partial sum rounded to BF16).
     #[config(default = true)]
     pub grad_reduce_in_fp32: bool,
-    /// Ranks that share one copy of the experts (expert parallelism). Only 1 (every rank holds
-    /// every expert) is supported so far.
+    /// Ranks that share one copy of the experts (expert parallelism): each rank of a group of
+    /// this many consecutive ranks holds `num_experts / expert_parallel_size` experts and the
+    /// MoE layers exchange tokens over the group. It must divide the world size and
+    /// `model.num_experts`; 1: every rank holds every expert (data parallelism alone).
+    /// Checkpoints are not written with more than 1 (run with `--no-checkpoint`).
     #[config(default = 1)]
     pub expert_parallel_size: usize,
 }
@@ -81,13 +84,6 @@ impl TrainConfig {
         }
         if self.expert_parallel_size == 0 {
             return Err(LowpError::invalid("train.expert_parallel_size", 0, "must be positive"));
-        }
-        if self.expert_parallel_size > 1 {
-            return Err(LowpError::invalid(
-                "train.expert_parallel_size",
-                self.expert_parallel_size,
-                "expert parallelism is not supported yet; use 1 (data parallel over every rank)",
-            ));
         }
         if self.batch_size % self.micro_batches != 0 {
             return Err(LowpError::invalid(
@@ -113,7 +109,17 @@ impl TrainConfig {
     /// A data parallel run over `world_size` ranks splits each micro-batch's rows evenly over the
     /// ranks (the global batch is the config's): `batch_size / micro_batches` must be a multiple
     /// of the world size.
+    /// With expert parallelism, `expert_parallel_size` must divide the world size too.
     pub fn check_world_size(&self, world_size: usize) -> Result<(), LowpError> {
+        if self.expert_parallel_size > 1 && (world_size == 0 || world_size % self.expert_parallel_size != 0) {
+            return Err(LowpError::invalid(
+                "train.expert_parallel_size",
+                self.expert_parallel_size,
+                format!(
+                    "must divide the world size {world_size} (ranks in groups of expert_parallel_size; a one-GPU run takes 1)"
+                ),
+            ));
+        }
         let rows = self.micro_batch_size();
         if world_size == 0 || rows % world_size != 0 {
             return Err(LowpError::invalid(
@@ -220,6 +226,16 @@ impl RunConfig {
         }
         config.model.validate()?;
         config.train.validate()?;
+        if config.model.num_experts % config.train.expert_parallel_size != 0 {
+            return Err(LowpError::invalid(
+                "train.expert_parallel_size",
+                config.train.expert_parallel_size,
+                format!(
+                    "must divide model.num_experts = {} (each rank of an expert-parallel group holds an equal block of experts)",
+                    config.model.num_experts
+                ),
+            ));
+        }
         if config.train.seq_len > config.model.max_seq_len {
             return Err(LowpError::invalid(
                 "train.seq_len",

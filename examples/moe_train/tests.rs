@@ -5,16 +5,21 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
 use burn::backend::{Autodiff, NdArray};
+use burn::tensor::Tensor;
+use burn_lowp::dist::{DifferentiableAllToAll, GradReduceOptions, LoopbackAllToAll, ParallelLayout, ReduceOp, TensorAllReduce};
 use clap::Parser;
 
 use crate::args::MoeTrainArgs;
-use crate::command::run;
+use crate::command::{load_config, run};
 use crate::data::Corpus;
 use crate::run_config::RunConfig;
 use crate::suite;
 use crate::summary::read_summaries;
-use crate::train::{train, TrainRun};
+use crate::parallel::{DataParallel, ExpertParallel};
+use crate::train::{train, train_parallel, TrainRun};
 
 type AD = Autodiff<NdArray>;
 
@@ -102,9 +107,6 @@ fn run_config_errors_name_the_field_the_value_and_the_rule() {
 
 #[test]
 fn data_parallel_config_checks_and_shards() {
-    // Expert parallelism is not wired yet: a clear config error, not a silent one-GPU run.
-    let err = RunConfig::from_json(r#"{"train": {"expert_parallel_size": 2}}"#).unwrap_err().to_string();
-    assert!(err.contains("train.expert_parallel_size") && err.contains("not supported yet"), "{err}");
     let err = RunConfig::from_json(r#"{"train": {"expert_parallel_size": 0}}"#).unwrap_err().to_string();
     assert!(err.contains("train.expert_parallel_size"), "{err}");
     let config = RunConfig::from_json(r#"{"train": {"batch_size": 12, "micro_batches": 2}}"#).unwrap();
@@ -128,6 +130,85 @@ fn data_parallel_config_checks_and_shards() {
         .collect();
     let joined = burn::tensor::Tensor::cat(shards, 0);
     assert_eq!(joined.into_data(), whole.tokens.into_data());
+}
+
+#[test]
+fn expert_parallel_config_checks() {
+    // expert_parallel_size must divide num_experts (each rank an equal block) ...
+    let err = RunConfig::from_json(r#"{"model": {"num_experts": 6}, "train": {"expert_parallel_size": 4}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("train.expert_parallel_size = 4") && err.contains("model.num_experts = 6"), "{err}");
+    // ... and the world size (groups of consecutive ranks); a one-GPU run takes 1.
+    let config = RunConfig::from_json(r#"{"model": {"num_experts": 8}, "train": {"expert_parallel_size": 4, "batch_size": 24}}"#).unwrap();
+    config.train.check_world_size(4).unwrap();
+    config.train.check_world_size(8).unwrap();
+    for world in [1, 2, 6] {
+        let err = config.train.check_world_size(world).unwrap_err().to_string();
+        assert!(err.contains("train.expert_parallel_size = 4") && err.contains(&format!("world size {world}")), "{err}");
+    }
+    // --expert-parallel-size overrides the file, through the same checks.
+    let config = load_config(&MoeTrainArgs::parse_from(["moe_train", "--expert-parallel-size", "2"])).unwrap();
+    assert_eq!(config.train.expert_parallel_size, 2);
+    assert_eq!(config.to_json().replace("\"expert_parallel_size\": 2", "\"expert_parallel_size\": 1"), RunConfig::default().to_json());
+    let err = load_config(&MoeTrainArgs::parse_from(["moe_train", "--expert-parallel-size", "3"])).unwrap_err().to_string();
+    assert!(err.contains("model.num_experts = 8"), "{err}");
+}
+
+/// The all-reduce of a one-rank group: the values themselves.
+struct OneRank;
+
+impl TensorAllReduce<NdArray> for OneRank {
+    fn all_reduce(&self, tensor: Tensor<NdArray, 1>, _: ReduceOp) -> burn_lowp::error::Result<Tensor<NdArray, 1>> {
+        Ok(tensor)
+    }
+}
+
+/// The training loop through the expert-parallel code (a one-rank EP group: the loopback
+/// exchange, the experts' and the other gradients reduced apart, the amaxes per group) trains as
+/// the plain loop does; and an expert-parallel run refuses checkpoints.
+#[test]
+fn training_through_the_expert_parallel_path_on_one_rank_equals_the_plain_run() {
+    let _seeded = seeded();
+    let device = Default::default();
+    let corpus = Corpus::built_in(1 << 16);
+    let config = tiny_config(6, 2, "sigmoid");
+    let exchange = DifferentiableAllToAll::<NdArray>::new(Arc::new(LoopbackAllToAll));
+    let check = || Ok(());
+    let parallel = DataParallel::<AD> {
+        rank: 0,
+        world_size: 1,
+        reducer: &OneRank,
+        check: &check,
+        grad_reduce: GradReduceOptions::default(),
+        expert_parallel: Some(ExpertParallel {
+            layout: ParallelLayout::new(1, 1).unwrap(),
+            ep_rank: 0,
+            exchange: &exchange,
+            expert_reducer: &OneRank,
+        }),
+    };
+    for name in ["bf16.json", "delayed_scaling.json"] {
+        let recipe = suite::recipe(name);
+        let out = tempfile::tempdir().unwrap();
+        let run = TrainRun {
+            checkpoints: false,
+            ..train_run(&config, &recipe, &corpus, out.path())
+        };
+        let plain = train::<AD>(&run, &device).unwrap();
+        let ep = train_parallel::<AD>(&run, &device, Some(&parallel)).unwrap();
+        assert_eq!(ep.losses.len(), plain.losses.len());
+        for (step, (a, b)) in plain.losses.iter().zip(&ep.losses).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * a.abs(), "{name} step {step}: plain {a}, expert-parallel {b}");
+        }
+        assert!((plain.eval_loss - ep.eval_loss).abs() <= 1e-5 * plain.eval_loss.abs(), "{name}: held-out loss");
+    }
+    let recipe = suite::recipe("bf16.json");
+    let out = tempfile::tempdir().unwrap();
+    let err = train_parallel::<AD>(&train_run(&config, &recipe, &corpus, out.path()), &device, Some(&parallel))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--no-checkpoint"), "{err}");
 }
 
 /// A tiny model's training loss falls under every recipe file (40 steps of the built-in corpus);

@@ -20,6 +20,16 @@ pub struct Collectives {
     stream: Arc<dyn CollectiveStream>,
 }
 
+impl std::fmt::Debug for Collectives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collectives")
+            .field("communicator", &self.comm.name())
+            .field("rank", &self.rank())
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
 impl Collectives {
     pub fn new(comm: Communicator, stream: Arc<dyn CollectiveStream>) -> Collectives {
         Collectives { comm, stream }

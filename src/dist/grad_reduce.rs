@@ -159,20 +159,55 @@ pub fn gradient_buckets<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M, op
     buckets(&sizes, options.bucket_elements.max(1)).len()
 }
 
+/// Which parameters a reduction covers and what their sum is divided by. Under expert
+/// parallelism the experts' gradients are reduced over the expert-data-parallel group but
+/// divided by the world size (`ParallelLayout::grad_divisor`), the rest over the world.
+#[derive(Clone, Copy)]
+pub struct ReduceScope<'a> {
+    /// Only the parameters this keeps (`None`: all of the module's).
+    pub keep: Option<&'a dyn Fn(ParamId) -> bool>,
+    /// The sum over the reducer's ranks is divided by this (`None`: by their number, NCCL's
+    /// average).
+    pub divisor: Option<usize>,
+}
+
+impl ReduceScope<'_> {
+    /// Every parameter, averaged over the reducer's ranks (data parallelism).
+    pub const ALL: ReduceScope<'static> = ReduceScope { keep: None, divisor: None };
+}
+
 /// Averages `grads` (of `module`'s parameters) over the ranks through `reducer`: every
 /// trainable float parameter of `module` gets the mean of the ranks' gradients, in its own dtype
 /// (a parameter no rank had a gradient for gets zeros, as the optimizer would see with one
 /// rank's zero gradient). Queued without waiting when the reducer does not wait.
 pub fn reduce_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
-    mut grads: GradientsParams,
+    grads: GradientsParams,
     reducer: &dyn TensorAllReduce<B::InnerBackend>,
     options: GradReduceOptions,
 ) -> Result<GradientsParams> {
-    let CollectParams { slots: params, device } = CollectParams::<B>::of(module);
+    reduce_gradients_in::<B, M>(module, grads, reducer, options, ReduceScope::ALL)
+}
+
+/// `reduce_gradients` of the parameters `scope` keeps, their sum divided as `scope` says; the
+/// other gradients are left as they are. Every rank of `reducer` must pass the same scope.
+pub fn reduce_gradients_in<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    mut grads: GradientsParams,
+    reducer: &dyn TensorAllReduce<B::InnerBackend>,
+    options: GradReduceOptions,
+    scope: ReduceScope,
+) -> Result<GradientsParams> {
+    let CollectParams { slots: mut params, device } = CollectParams::<B>::of(module);
+    if let Some(keep) = scope.keep {
+        params.retain(|p| keep(p.id));
+    }
     let Some(inner_device) = device else {
         return Ok(grads);
     };
+    if params.is_empty() {
+        return Ok(grads);
+    }
     let dtype = if options.in_fp32 { DType::F32 } else { DType::BF16 };
     let sizes: Vec<usize> = params.iter().map(|p| p.shape.iter().product()).collect();
     for range in buckets(&sizes, options.bucket_elements.max(1)) {
@@ -184,7 +219,10 @@ pub fn reduce_gradients<B: AutodiffBackend, M: AutodiffModule<B>>(
             dtypes.push(original);
         }
         let bucket = if flats.len() == 1 { flats.pop().expect("one") } else { Tensor::cat(flats, 0) };
-        let reduced = reducer.all_reduce(bucket, ReduceOp::Avg)?;
+        let reduced = match scope.divisor {
+            None => reducer.all_reduce(bucket, ReduceOp::Avg)?,
+            Some(n) => reducer.all_reduce(bucket, ReduceOp::Sum)?.div_scalar(n as f64),
+        };
         let mut offset = 0;
         for (slot, original) in params[range].iter().zip(dtypes) {
             let n = slot.shape.iter().product::<usize>();

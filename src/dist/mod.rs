@@ -8,16 +8,21 @@
 //! * `fault`: a rank's first fault, the hooks it runs (abort NCCL, tell the others), the exit;
 //! * `watchdog`: every queued collective watched until the GPU has passed it;
 //! * `split`: expert-parallel arithmetic: groups, expert owners, all-to-all splits;
+//! * `token_exchange`: the token all-to-all of expert parallelism on Burn tensors
+//!   (`TokenAllToAll`, one host read of the counts per MoE layer), a one-rank loopback, and
+//!   `all_to_all_op`, the exchange made differentiable (backward: the transposed exchange);
 //! * `grad_reduce`: data parallelism's gradient averaging in buckets over flat buffers, written
 //!   against `TensorAllReduce` (NCCL on CubeCL tensors: `tensor_collectives`);
 //! * `nccl_version`: the NCCL version rule (at least 2.18);
 //! * behind the `nccl` feature: `nccl` (the communicator over cudarc's NCCL bindings),
 //!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
-//!   host wait), `collectives` (collectives on CubeCL buffers), `group` (a rank's process group,
+//!   host wait), `collectives` (collectives on CubeCL buffers; `tensor_collectives` on Burn
+//!   tensors: the gradient all-reduce and the token all-to-all), `group` (a rank's process group,
 //!   put together from all of the above).
 //!
 //! docs/multi-gpu.md describes the design and what remains to wire.
 
+pub mod all_to_all_op;
 pub mod env;
 pub mod fault;
 pub mod grad_reduce;
@@ -26,6 +31,7 @@ pub mod liveness;
 pub mod nccl_version;
 pub mod rendezvous;
 pub mod split;
+pub mod token_exchange;
 pub mod watchdog;
 
 #[cfg(feature = "nccl")]
@@ -41,9 +47,11 @@ pub mod tensor_collectives;
 
 pub use env::LaunchEnv;
 pub use fault::FaultState;
-pub use grad_reduce::{reduce_gradients, GradReduceOptions, ReduceOp, TensorAllReduce};
+pub use grad_reduce::{reduce_gradients, reduce_gradients_in, GradReduceOptions, ReduceOp, ReduceScope, TensorAllReduce};
 pub use rendezvous::Fingerprint;
-pub use split::{AllToAllSplits, ExpertSharding, ParallelLayout};
+pub use all_to_all_op::DifferentiableAllToAll;
+pub use split::{invert_permutation, AllToAllSplits, ExpertSharding, ParallelLayout};
+pub use token_exchange::{LoopbackAllToAll, TokenAllToAll};
 
 #[cfg(feature = "nccl")]
 pub use collectives::Collectives;

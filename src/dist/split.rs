@@ -239,6 +239,19 @@ impl AllToAllSplits {
         (sizes, order)
     }
 
+    /// The row permutation behind `expert_major_order`: `rows[i]` is the received row (source
+    /// rank major, then local expert) that lands at row `i` of the local-expert-major batch the
+    /// grouped GEMMs take. A gather by it regroups the dispatch's rows; a gather by its inverse
+    /// (`invert_permutation`) restores the received order before the combine.
+    pub fn expert_major_rows(&self) -> Vec<usize> {
+        let (sizes, order) = self.expert_major_order();
+        let starts = prefix_sums(&sizes);
+        order
+            .into_iter()
+            .flat_map(|chunk| starts[chunk]..starts[chunk] + sizes[chunk])
+            .collect()
+    }
+
     /// Bytes per peer for rows of `row_bytes` bytes, checked against overflow.
     pub fn bytes(rows: &[usize], row_bytes: usize) -> Result<Vec<usize>> {
         rows.iter()
@@ -260,4 +273,17 @@ fn prefix_sums(sizes: &[usize]) -> Vec<usize> {
             Some(start)
         })
         .collect()
+}
+
+/// The inverse of a permutation of `0..n`: `inverse[perm[i]] = i`. `Err` if `perm` is not one
+/// (a repeated or out-of-range index).
+pub fn invert_permutation(perm: &[usize]) -> Result<Vec<usize>> {
+    let mut inverse = vec![usize::MAX; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        match inverse.get_mut(p) {
+            Some(slot) if *slot == usize::MAX => *slot = i,
+            _ => return Err(LowpError::invalid("row permutation", p, format!("must name each of 0..{} once", perm.len()))),
+        }
+    }
+    Ok(inverse)
 }

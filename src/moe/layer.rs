@@ -152,17 +152,26 @@ impl<B: LowpLinear> MoeLayer<B> {
             is_first_microbatch,
         )?;
         let y = combine(y, routing.weights, &routes)?;
+        let aux = MoeAux {
+            loss: routing.aux_loss + routing.z_loss,
+            tokens_per_expert: routing.tokens_per_expert,
+        };
+        self.with_shared_expert(y, x, is_first_microbatch, aux)
+    }
+
+    /// The routed experts' output `y` plus, when the layer has one, the shared expert's on `x`.
+    pub(crate) fn with_shared_expert(
+        &self,
+        y: Tensor<B, 2>,
+        x: Tensor<B, 2>,
+        is_first_microbatch: Option<bool>,
+        aux: MoeAux<B>,
+    ) -> Result<(Tensor<B, 2>, MoeAux<B>), LowpError> {
         let y = match &self.shared {
             Some(shared) => y + shared.forward(x, is_first_microbatch)?,
             None => y,
         };
-        Ok((
-            y,
-            MoeAux {
-                loss: routing.aux_loss + routing.z_loss,
-                tokens_per_expert: routing.tokens_per_expert,
-            },
-        ))
+        Ok((y, aux))
     }
 }
 

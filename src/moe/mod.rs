@@ -2,11 +2,13 @@
 //! an aux-loss-free bias, load-balancing and z losses), the device-side token routing
 //! (`ops::token_routing`), the
 //! experts as a SwiGLU MLP of `GroupedLinear`s, and the MoE layer that puts them together; then
-//! a small MoE language model built from them. What trains it (run config, data, the training
+//! a small MoE language model built from them; `expert_parallel`: the layer and the model with
+//! the experts spread over the ranks of an expert-parallel group. What trains it (run config, data, the training
 //! loop, checkpoints, charts) is the example `examples/moe_train/`
 //! (`cargo run --release --example moe_train`).
 
 pub mod experts;
+pub mod expert_parallel;
 pub mod layer;
 pub mod model;
 pub mod router;

@@ -19,6 +19,7 @@ use burn::tensor::{DType, Int, Tensor};
 
 use super::layer::{MoeLayer, MoeLayerConfig};
 use super::router::ScoreFunction;
+use crate::dist::TokenAllToAll;
 use crate::error::LowpError;
 use crate::format::grouped::GroupScaling;
 use crate::nn::{fused, rotary, Linear, LinearConfig, LowpState};
@@ -276,6 +277,17 @@ impl<B: LowpLinear> MoeLm<B> {
         tokens: Tensor<B, 2, Int>,
         is_first_microbatch: Option<bool>,
     ) -> Result<(Tensor<B, 2>, Tensor<B, 1>, Vec<Tensor<B, 1, Int>>), LowpError> {
+        self.forward_with(tokens, is_first_microbatch, None)
+    }
+
+    /// `forward`, the MoE layers expert-parallel over `expert_parallel`'s group when given (the
+    /// model then holds this rank's experts: `MoeLmConfig::init_expert_parallel`).
+    pub fn forward_with(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        is_first_microbatch: Option<bool>,
+        expert_parallel: Option<&dyn TokenAllToAll<B>>,
+    ) -> Result<(Tensor<B, 2>, Tensor<B, 1>, Vec<Tensor<B, 1, Int>>), LowpError> {
         let [batch, seq] = tokens.dims();
         let max_seq = self.rope.freq_complex.dims()[0];
         if seq > max_seq {
@@ -302,7 +314,10 @@ impl<B: LowpLinear> MoeLm<B> {
                 .attention
                 .forward(a, [batch, seq], &self.rope, is_first_microbatch)?;
             let m = fused::rms_norm(&layer.moe_norm, x.clone())?;
-            let (y, moe_aux) = layer.moe.forward(m, is_first_microbatch)?;
+            let (y, moe_aux) = match expert_parallel {
+                Some(exchange) => layer.moe.forward_expert_parallel(m, is_first_microbatch, exchange)?,
+                None => layer.moe.forward(m, is_first_microbatch)?,
+            };
             let dtype = x.dtype();
             x = x + y.cast(dtype);
             aux = aux + moe_aux.loss;
@@ -328,6 +343,17 @@ impl<B: LowpLinear> MoeLm<B> {
         targets: Tensor<B, 2, Int>,
         is_first_microbatch: Option<bool>,
     ) -> Result<MoeLmOutput<B>, LowpError> {
+        self.forward_loss_with(tokens, targets, is_first_microbatch, None)
+    }
+
+    /// `forward_loss`, expert-parallel when `expert_parallel` is given (`forward_with`).
+    pub fn forward_loss_with(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        is_first_microbatch: Option<bool>,
+        expert_parallel: Option<&dyn TokenAllToAll<B>>,
+    ) -> Result<MoeLmOutput<B>, LowpError> {
         if tokens.dims() != targets.dims() {
             return Err(LowpError::shape(
                 "model targets",
@@ -335,7 +361,7 @@ impl<B: LowpLinear> MoeLm<B> {
                 format!("must equal the tokens' shape {:?}", tokens.dims()),
             ));
         }
-        let (logits, aux_loss, tokens_per_expert) = self.forward(tokens, is_first_microbatch)?;
+        let (logits, aux_loss, tokens_per_expert) = self.forward_with(tokens, is_first_microbatch, expert_parallel)?;
         let [rows, _] = logits.dims();
         let log_p = log_softmax(logits.cast(DType::F32), 1);
         let lm_loss = log_p

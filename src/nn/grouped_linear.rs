@@ -199,6 +199,11 @@ impl<B: Backend> GroupedLinear<B> {
         })
     }
 
+    /// Per-expert or shared FP8 scales (`GroupedLinearConfig::fp8_scales`).
+    pub fn fp8_scales(&self) -> GroupScaling {
+        self.fp8_scales
+    }
+
     /// Weight quantizations so far (cached micro-batches do not add).
     pub fn weight_quantizations(&self) -> usize {
         self.lowp.weight_quantizations()

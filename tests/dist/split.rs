@@ -1,5 +1,6 @@
 //! Expert-parallel arithmetic against hand-computed cases.
 
+use burn_lowp::dist::split::invert_permutation;
 use burn_lowp::dist::{AllToAllSplits, ExpertSharding, ParallelLayout};
 
 #[test]
@@ -97,4 +98,56 @@ fn wrong_count_tables_are_refused() {
     let e = AllToAllSplits::dispatch(&s, 0, &COUNTS[..6]).unwrap_err().to_string();
     assert!(e.contains("2 x 4 counts"), "{e}");
     assert!(AllToAllSplits::dispatch(&s, 2, &COUNTS).is_err());
+}
+
+#[test]
+fn received_rows_regroup_by_local_expert_and_back() {
+    // 4 experts over 2 EP ranks: rank 0 routes [1, 0, 2, 1], rank 1 [0, 0, 1, 2]. EP rank 1
+    // (experts 2 and 3) receives, in order: rank 0's 2 rows for expert 2 (rows 0, 1) and 1 for
+    // expert 3 (row 2), then rank 1's 1 row for expert 2 (row 3) and 2 for expert 3 (rows 4, 5).
+    let s = ExpertSharding::new(4, 2).unwrap();
+    let counts = [1, 0, 2, 1, 0, 0, 1, 2];
+    let r1 = AllToAllSplits::dispatch(&s, 1, &counts).unwrap();
+    assert_eq!(r1.per_expert, vec![vec![2, 1], vec![1, 2]]);
+    let rows = r1.expert_major_rows();
+    // Expert 2: rows 0, 1, 3; expert 3: rows 2, 4, 5.
+    assert_eq!(rows, vec![0, 1, 3, 2, 4, 5]);
+    assert_eq!(invert_permutation(&rows).unwrap(), vec![0, 1, 3, 2, 4, 5]);
+    // Where nothing interleaves (one source, or one expert a rank), the order is the identity.
+    let r0 = AllToAllSplits::dispatch(&s, 0, &COUNTS).unwrap();
+    assert_eq!(r0.expert_major_rows(), (0..8).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_expert_major_permutation_is_a_bijection() {
+    // 3 EP ranks, 9 experts, pseudo-random counts with zeros: every rank's permutation names
+    // each received row once, and gathering by it then by its inverse gives the rows back.
+    let s = ExpertSharding::new(9, 3).unwrap();
+    let counts: Vec<usize> = (0..27u64).map(|i| ((i * 2654435761) % 5) as usize).collect();
+    for r in 0..3 {
+        let splits = AllToAllSplits::dispatch(&s, r, &counts).unwrap();
+        let rows = splits.expert_major_rows();
+        let received: usize = splits.recv.iter().sum();
+        assert_eq!(rows.len(), received);
+        let inverse = invert_permutation(&rows).unwrap();
+        let regrouped: Vec<usize> = rows.iter().map(|&i| i * 10).collect();
+        let restored: Vec<usize> = inverse.iter().map(|&i| regrouped[i]).collect();
+        assert_eq!(restored, (0..received).map(|i| i * 10).collect::<Vec<_>>());
+        // Each local expert's rows are contiguous and as many as it was sent.
+        let mut start = 0;
+        for (j, n) in splits.tokens_per_local_expert().into_iter().enumerate() {
+            let mut mine: Vec<usize> = rows[start..start + n].to_vec();
+            mine.sort();
+            let expected: Vec<usize> = (0..3)
+                .flat_map(|src| {
+                    let off = splits.recv_offsets()[src] + splits.per_expert[src][..j].iter().sum::<usize>();
+                    off..off + splits.per_expert[src][j]
+                })
+                .collect();
+            assert_eq!(mine, expected, "rank {r} expert {j}");
+            start += n;
+        }
+    }
+    assert!(invert_permutation(&[0, 0]).is_err());
+    assert!(invert_permutation(&[2, 0]).is_err());
 }
