@@ -164,9 +164,10 @@ impl Corpus {
         self.windows(false, |row| mix(base ^ (first_row + row) as u64), rows, seq_len, device)
     }
 
-    /// Held-out batch `index`, the same for every seed and recipe.
-    pub fn eval_batch<B: Backend>(&self, index: usize, rows: usize, seq_len: usize, device: &B::Device) -> Batch<B> {
+    /// Rows `first_row..first_row + rows` of held-out batch `index` (the same for every seed and
+    /// recipe): a data parallel rank's shard, as `batch_rows` for training; all rows on one GPU.
+    pub fn eval_batch_rows<B: Backend>(&self, index: usize, first_row: usize, rows: usize, seq_len: usize, device: &B::Device) -> Batch<B> {
         let base = mix(0xe7a1 ^ index as u64);
-        self.windows(true, |row| mix(base ^ row as u64), rows, seq_len, device)
+        self.windows(true, |row| mix(base ^ (first_row + row) as u64), rows, seq_len, device)
     }
 }

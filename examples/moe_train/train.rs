@@ -88,25 +88,41 @@ fn floats<B: burn::tensor::backend::Backend>(t: Tensor<B, 1>) -> Vec<f32> {
     t.cast(DType::F32).into_data().convert::<f32>().into_vec().expect("f32 data")
 }
 
-/// Mean held-out loss of `model`.
+/// Mean held-out loss of `model`. A data parallel rank evaluates its shard of each held-out batch
+/// (`TrainConfig::rank_rows`, as in training) and the shards' means are averaged over the ranks,
+/// which is the global batch's mean: each rank evaluating the whole global batch would need the
+/// world size times the one-GPU activation memory (a 4-rank run of the fine-grained config with
+/// the one-GPU batch per rank ran out of memory there, H200, 2026-11-28).
 ///
 /// Runs the training forward pass (on the autodiff backend, the graph dropped after each batch),
 /// not `model.valid()`: on CUDA, the inference path after a training run faulted with an illegal
 /// address (H100, bf16 recipe, the 235M config), not yet root-caused; the training path is
 /// the one 700-step runs exercise.
-fn evaluate<B>(model: &MoeLm<B>, run: &TrainRun, device: &B::Device, exchange: Option<&dyn TokenAllToAll<B>>) -> Result<f32, LowpError>
+fn evaluate<B>(
+    model: &MoeLm<B>,
+    run: &TrainRun,
+    device: &B::Device,
+    exchange: Option<&dyn TokenAllToAll<B>>,
+    parallel: Option<&DataParallel<B::InnerBackend>>,
+) -> Result<f32, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
     B::InnerBackend: LowpLinear + LowpBackend,
 {
     let train = &run.config.train;
+    let (world_size, rank) = parallel.map_or((1, 0), |p| (p.world_size, p.rank));
+    let (first_row, rows) = train.rank_rows(rank, world_size);
     let mut losses = Vec::with_capacity(EVAL_BATCHES);
     for i in 0..EVAL_BATCHES {
-        let batch = run.corpus.eval_batch(i, train.micro_batch_size(), train.seq_len, device);
+        let batch = run.corpus.eval_batch_rows(i, first_row, rows, train.seq_len, device);
         let out = model.forward_loss_with(batch.tokens, batch.targets, None, exchange)?;
         losses.push(out.lm_loss.detach());
     }
-    let all = floats(Tensor::cat(losses, 0).inner());
+    let losses = Tensor::cat(losses, 0).inner();
+    let all = floats(match parallel {
+        Some(parallel) => parallel.average(losses)?,
+        None => losses,
+    });
     Ok(all.iter().sum::<f32>() / all.len() as f32)
 }
 
@@ -402,7 +418,7 @@ where
         first_step,
         steps: last_step,
         final_loss,
-        eval_loss: evaluate(&model, run, device, exchange)?,
+        eval_loss: evaluate(&model, run, device, exchange, parallel)?,
         losses,
         tokens_per_s: (timed_steps * train.tokens_per_step()) as f64 / timed_seconds.max(1e-9),
         step_ms: 1e3 * timed_seconds / timed_steps.max(1) as f64,
