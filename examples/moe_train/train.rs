@@ -103,7 +103,7 @@ fn evaluate<B>(
     run: &TrainRun,
     device: &B::Device,
     exchange: Option<&dyn TokenAllToAll<B>>,
-    parallel: Option<&DataParallel<B::InnerBackend>>,
+    parallel: Option<&DataParallel<B>>,
 ) -> Result<f32, LowpError>
 where
     B: AutodiffBackend + LowpLinear,
