@@ -131,7 +131,9 @@ else
   fi
 fi
 
-# --- 4. tokens/s, 1 and 2 GPUs -------------------------------------------------------------------
+# --- 4. tokens/s, 1 and 2 GPUs (skipped with RUN_2GPU_SKIP_TOKENS=1, where a caller measures
+# throughput itself) --------------------------------------------------------------------------
+[ "${RUN_2GPU_SKIP_TOKENS:-0}" = 1 ] && { echo "SKIP tokens/s: RUN_2GPU_SKIP_TOKENS=1"; exit $FAILED; }
 tokens() { grep -o '"tokens_per_s": *[0-9.eE+]*' "$1" | head -1 | sed 's/.*: *//'; }
 echo
 echo "| config | 1 GPU tokens/s | 2 GPUs tokens/s | speed-up | efficiency |"
