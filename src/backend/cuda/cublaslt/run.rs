@@ -146,8 +146,24 @@ fn defer_failure(outcome: std::thread::Result<Result<()>>) {
         Err(panic) => defer_gemm_error(LowpError::invalid(
             "cuBLASLt GEMM task",
             panic_message(panic.as_ref()),
-            "panicked on CubeCL's device thread",
+            unallocated_hint(&panic_message(panic.as_ref())),
         )),
+    }
+}
+
+/// What a GEMM task's panic says to the user. CubeCL allocates a buffer in a task of its own
+/// device thread after the handle was made; when that allocation fails (out of GPU memory) the
+/// task panics, CubeCL only logs "can't allocate buffer", and the handle's memory stays
+/// unassigned, so the first GEMM that resolves it finds no memory for it ("couldn't find
+/// resource for that handle: Memory page 0 doesn't exist", seen with a 4-GPU run out of memory,
+/// H200, 2026-11-28). Said here, since the log line came long before.
+fn unallocated_hint(message: &str) -> &'static str {
+    if message.contains("couldn't find resource") {
+        "panicked on CubeCL's device thread: one of its buffers was never allocated, which is what \
+         CubeCL leaves after an allocation failed (look for \"can't allocate buffer\" above: the \
+         GPU ran out of memory)"
+    } else {
+        "panicked on CubeCL's device thread"
     }
 }
 
