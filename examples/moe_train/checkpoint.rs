@@ -9,10 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor};
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
 use serde::{Deserialize, Serialize};
@@ -87,7 +88,12 @@ where
     let record = recorder()
         .load(dir.join("model"), device)
         .map_err(|e| LowpError::file(dir.join("model.bin"), e))?;
-    let model = model.load_record(record);
+    // A record's floats load in the backend's float dtype, but some parameters keep another
+    // (the f32 amax histories and scales of a BF16 backend): a resumed CUDA run failed on them
+    // (H100, 2026-11-28). So every float parameter gets back the dtype the fresh model gave it.
+    let mut dtypes = FloatDtypes(Vec::new());
+    model.visit(&mut dtypes);
+    let model = model.load_record(record).map(&mut CastBack(dtypes.0.into_iter()));
     let states = model.lowp_states();
     if states.len() != state.quantize_calls.len() {
         return Err(LowpError::file(
@@ -102,4 +108,25 @@ where
         .load(dir.join("optimizer"), device)
         .map_err(|e| LowpError::file(dir.join("optimizer.bin"), e))?;
     Ok((model, optim.load_record(record)))
+}
+
+/// The dtypes of a module's float parameters, in visit order.
+struct FloatDtypes(Vec<DType>);
+
+impl<B: Backend> ModuleVisitor<B> for FloatDtypes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        self.0.push(param.val().dtype());
+    }
+}
+
+/// Casts each float parameter, in visit order, to the next of the dtypes given.
+struct CastBack(std::vec::IntoIter<DType>);
+
+impl<B: Backend> ModuleMapper<B> for CastBack {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        match self.0.next() {
+            Some(dtype) => param.map(|t| if t.dtype() == dtype { t } else { t.cast(dtype) }),
+            None => param,
+        }
+    }
 }
