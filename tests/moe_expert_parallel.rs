@@ -237,10 +237,10 @@ fn an_expert_parallel_rank_starts_from_the_one_gpu_weights() {
     let mut config = MoeLmConfig::new().with_num_layers(2);
     config.num_experts = 4;
     config.top_k = 2;
-    NdArray::seed(&device, 7);
+    <NdArray as Backend>::seed(&device, 7);
     let plain: MoeLm<NdArray> = config.init(&recipe, &device).unwrap();
     let (ep_size, ep_rank) = (2, 1);
-    NdArray::seed(&device, 7);
+    <NdArray as Backend>::seed(&device, 7);
     let ep: MoeLm<NdArray> = config.init_expert_parallel(&recipe, &device, ep_size, ep_rank).unwrap();
     assert_eq!(
         values(&ep, ep.expert_param_ids()),
