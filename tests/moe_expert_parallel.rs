@@ -21,6 +21,7 @@ use burn_lowp::dist::token_exchange::host_counts;
 use burn_lowp::dist::{DifferentiableAllToAll, ExpertSharding, LoopbackAllToAll, TokenAllToAll};
 use burn_lowp::error::Result;
 use burn_lowp::moe::{MoeLayer, MoeLayerConfig};
+use common::seeded;
 
 
 const HIDDEN: usize = 128;
@@ -196,16 +197,19 @@ where
 
 #[test]
 fn the_expert_parallel_path_on_one_rank_equals_the_plain_layer() {
+    let _seeded = seeded();
     one_rank_equals_the_plain_layer::<NdArray>(&Default::default(), 1e-6);
 }
 
 #[test]
 fn two_expert_parallel_ranks_equal_the_plain_layer() {
+    let _seeded = seeded();
     expert_parallel_matches_the_plain_layer::<NdArray>(2, &Default::default(), 1e-5);
 }
 
 #[test]
 fn four_expert_parallel_ranks_equal_the_plain_layer() {
+    let _seeded = seeded();
     expert_parallel_matches_the_plain_layer::<NdArray>(4, &Default::default(), 1e-5);
 }
 
@@ -214,6 +218,7 @@ fn four_expert_parallel_ranks_equal_the_plain_layer() {
 /// embedding, drawn lazily by Burn, once came from another place of the seeded stream).
 #[test]
 fn an_expert_parallel_rank_starts_from_the_one_gpu_weights() {
+    let _seeded = seeded();
     use std::collections::HashSet;
 
     use burn::module::{Module, ModuleVisitor, Param, ParamId};
@@ -256,6 +261,7 @@ fn an_expert_parallel_rank_starts_from_the_one_gpu_weights() {
 
 #[test]
 fn a_layer_with_all_experts_refuses_an_expert_parallel_group() {
+    let _seeded = seeded();
     let device = Default::default();
     let layer = layer::<NdArray>(8, None, &device);
     let shared = Arc::new(Shared {
@@ -285,6 +291,7 @@ mod wgpu {
 
     #[test]
     fn the_expert_parallel_path_on_one_rank_equals_the_plain_layer_on_wgpu() {
+        let _seeded = crate::common::seeded();
         if let Some(device) = device() {
             super::one_rank_equals_the_plain_layer::<Backend>(&device, 1e-5);
         }
@@ -292,6 +299,7 @@ mod wgpu {
 
     #[test]
     fn two_expert_parallel_ranks_equal_the_plain_layer_on_wgpu() {
+        let _seeded = crate::common::seeded();
         if let Some(device) = device() {
             super::expert_parallel_matches_the_plain_layer::<Backend>(2, &device, 1e-4);
         }
