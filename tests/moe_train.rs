@@ -17,14 +17,7 @@ use burn_lowp::moe::MoeLmConfig;
 
 type AD = Autodiff<NdArray>;
 
-/// Burn's seed is process-wide (`Backend::seed` seeds one generator that every weight init
-/// draws from): every test here that initializes a model holds this lock, so that a run's initial
-/// weights come from its own seed alone, as in the single-run program.
-static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn seeded() -> std::sync::MutexGuard<'static, ()> {
-    SEEDED.lock().unwrap_or_else(|e| e.into_inner())
-}
+use common::seeded;
 
 /// A recipe trains what it says: a custom rule that matches none of the built model's slots is
 /// an error at init naming the rule (unless the recipe allows it, then a warning), and the

@@ -227,6 +227,11 @@ impl MoeLmConfig {
             // Built in f64 and rounded once (Burn's init computes it in the backend's dtype).
             rope: rotary::rotary_encoding(self.max_seq_len, h / self.num_heads, self.rope_theta, device),
         };
+        // Burn's `Embedding` draws its weights lazily, on first use; drawn here, right after the
+        // layers, they come from the same place of the seeded stream whatever the caller draws
+        // next (`init_expert_parallel` builds its local experts before any forward: the
+        // embeddings it drew later differed from the one-GPU run's, H100 2026-11-28).
+        let _ = model.embedding.weight.val();
         // A custom rule that matches none of the model's slots is an error here, not a run that
         // silently trains the default quantizer.
         model.recipe_audit(recipe)?;

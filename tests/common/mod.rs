@@ -19,6 +19,16 @@ pub fn data_dir() -> PathBuf {
     })
 }
 
+/// Burn's seed is process-wide (`Backend::seed` seeds one generator that every weight init and
+/// `Tensor::random` draws from): every test of a binary that draws from it holds this lock, so
+/// that a seeded run's draws come from its own seed alone, as in a single-run program.
+static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds Burn's global generator for the caller (a panicked holder does not poison it).
+pub fn seeded() -> std::sync::MutexGuard<'static, ()> {
+    SEEDED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn goldens_path() -> PathBuf {
     data_dir().join("goldens_public.safetensors")
 }
