@@ -2,13 +2,15 @@
 //! never leaves a rank waiting without a deadline.
 //!
 //! 1. The launch variables (`LaunchEnv`) and the layout (`ParallelLayout`) are checked.
-//! 2. NCCL is loaded and its version checked (rank 0 prints it); rank 0 makes the unique id.
+//! 2. NCCL is loaded and its version checked (rank 0 prints it); rank 0 makes the unique ids:
+//!    the world's and, where the layout has them, one per expert-parallel and per
+//!    expert-data-parallel group (`ParallelLayout::unique_ids`).
 //! 3. The rendezvous checks that every rank agrees (the caller's fingerprints and the NCCL
-//!    version) and hands out the id; its connections become the liveness channel.
+//!    version) and hands out the ids; its connections become the liveness channel.
 //! 4. The rank's GPU is `LOCAL_RANK`'s (`LaunchEnv::device_index`); the watchdog starts.
-//! 5. The world communicator is created, and split into the expert-parallel and
-//!    expert-data-parallel ones (`ParallelLayout`); all three queue on one stream of ours
-//!    (`CubeclStream`), ordered against CubeCL's.
+//! 5. The world communicator is created, then the expert-parallel and expert-data-parallel ones
+//!    from their own ids (`GroupSource`: not split from the world), every rank in the same
+//!    order; all three queue on one stream of ours (`CubeclStream`), ordered against CubeCL's.
 //!
 //! A failure at any step drops what was built: the liveness connections close without goodbye,
 //! so the other ranks end too, at once.
@@ -26,7 +28,7 @@ use super::liveness::{Liveness, LivenessTiming};
 use super::nccl::{self, CommResources, Communicator};
 use super::nccl_version::NcclVersion;
 use super::rendezvous::{rendezvous, Fingerprint, RendezvousConfig};
-use super::split::ParallelLayout;
+use super::split::{GroupSource, ParallelLayout};
 use super::watchdog::Watchdog;
 use crate::error::{LowpError, Result};
 
@@ -81,7 +83,15 @@ impl ProcessGroup {
                 layout.ep_groups, layout.ep_size
             );
         }
-        let payload = if rank == 0 { nccl::new_unique_id()? } else { Vec::new() };
+        let payload = if rank == 0 {
+            let mut ids = Vec::with_capacity(layout.unique_ids() * nccl::UNIQUE_ID_BYTES);
+            for _ in 0..layout.unique_ids() {
+                ids.extend(nccl::new_unique_id()?);
+            }
+            ids
+        } else {
+            Vec::new()
+        };
         let mut checked = fingerprints.to_vec();
         checked.push(Fingerprint {
             name: "NCCL version".into(),
@@ -110,21 +120,17 @@ impl ProcessGroup {
             fault: fault.clone(),
             watchdog: watchdog.clone(),
         };
-        let world = Communicator::init("world", &met.payload, rank, world_size, &res)?;
-        // A group that is the whole world is the world's communicator, and a group of one rank
-        // its own: `ncclCommSplit` on the non-blocking world returned no communicator with NCCL
-        // 2.28 (2 x H200, 2026-11-27), and data-parallel runs need no other groups.
-        let group = |name: &str, size: usize, (color, key): (i32, i32)| -> Result<Communicator> {
-            if size == world_size {
-                Ok(world.clone())
-            } else if size == 1 {
-                Communicator::init(name, &nccl::new_unique_id()?, 0, 1, &res)
-            } else {
-                world.split(name, color, key)
+        let ids = UniqueIds::new(&met.payload, layout.unique_ids())?;
+        let world = Communicator::init("world", ids.get(0), rank, world_size, &res)?;
+        let group = |name: &str, source: GroupSource| -> Result<Communicator> {
+            match source {
+                GroupSource::World => Ok(world.clone()),
+                GroupSource::Alone => Communicator::init(name, &nccl::new_unique_id()?, 0, 1, &res),
+                GroupSource::Own { id_index, size, rank } => Communicator::init(name, ids.get(id_index), rank, size, &res),
             }
         };
-        let ep = group("expert-parallel", layout.ep_size, layout.ep_split(rank)?)?;
-        let edp = group("expert-data-parallel", world_size / layout.ep_size, layout.expert_dp_split(rank)?)?;
+        let ep = group("expert-parallel", layout.ep_source(rank)?)?;
+        let edp = group("expert-data-parallel", layout.expert_dp_source(rank)?)?;
         let stream: Arc<dyn CollectiveStream> = Arc::new(CubeclStream::new(device, ctx, fault.clone())?);
         Ok(ProcessGroup {
             layout,
@@ -171,5 +177,25 @@ impl ProcessGroup {
             liveness.finish();
         }
         Ok(())
+    }
+}
+
+/// Rank 0's unique ids as the rendezvous handed them out, checked for their count.
+struct UniqueIds<'a>(&'a [u8]);
+
+impl<'a> UniqueIds<'a> {
+    fn new(payload: &'a [u8], count: usize) -> Result<UniqueIds<'a>> {
+        if payload.len() != count * nccl::UNIQUE_ID_BYTES {
+            return Err(LowpError::invalid(
+                "NCCL unique ids from rank 0",
+                format!("{} bytes", payload.len()),
+                format!("must be {count} ids of {} bytes (the layout's communicators)", nccl::UNIQUE_ID_BYTES),
+            ));
+        }
+        Ok(UniqueIds(payload))
+    }
+
+    fn get(&self, index: usize) -> &'a [u8] {
+        &self.0[index * nccl::UNIQUE_ID_BYTES..(index + 1) * nccl::UNIQUE_ID_BYTES]
     }
 }

@@ -50,7 +50,7 @@ pub use fault::FaultState;
 pub use grad_reduce::{reduce_gradients, reduce_gradients_in, GradReduceOptions, ReduceOp, ReduceScope, TensorAllReduce};
 pub use rendezvous::Fingerprint;
 pub use all_to_all_op::DifferentiableAllToAll;
-pub use split::{invert_permutation, AllToAllSplits, ExpertSharding, ParallelLayout};
+pub use split::{invert_permutation, AllToAllSplits, ExpertSharding, GroupSource, ParallelLayout};
 pub use token_exchange::{LoopbackAllToAll, TokenAllToAll};
 
 #[cfg(feature = "nccl")]

@@ -6,7 +6,7 @@
 //! ordered against CubeCL's (`collective_stream`), so this wraps the raw calls instead.
 //!
 //! Every communicator is non-blocking (`ncclConfig_t::blocking = 0`): no NCCL call waits on the
-//! host for a peer. A call that must (initialisation, a split, the first send/recv to a peer,
+//! host for a peer. A call that must (initialisation, the first send/recv to a peer,
 //! which connects) returns `ncclInProgress`, and this module polls `ncclCommGetAsyncError` until
 //! it is done, the run's timeout passes, or the rank's fault state is raised (a dead peer seen
 //! by the liveness channel); a blocking communicator would hang there instead. A raised fault
@@ -239,7 +239,7 @@ impl Drop for Shared {
     }
 }
 
-/// One NCCL communicator: the world, or a group split from it. Clones share it.
+/// One NCCL communicator: the world, or a group of its ranks. Clones share it.
 #[derive(Clone)]
 pub struct Communicator {
     shared: Arc<Shared>,
@@ -258,34 +258,6 @@ impl Communicator {
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
         let code = unsafe { sys::ncclCommInitRankConfig(&mut comm, size as i32, id, rank as i32, &mut config) };
         Communicator::adopt(name, comm, code, "initialisation (ncclCommInitRankConfig)", res)
-    }
-
-    /// Splits this communicator (`ncclCommSplit`): ranks passing the same `color` form one new
-    /// communicator, ranked by `key` (`ParallelLayout::ep_split`, `expert_dp_split`). Every rank
-    /// of this communicator must call it.
-    pub fn split(&self, name: &str, color: i32, key: i32) -> Result<Communicator> {
-        let res = &self.shared.res;
-        res.ctx.bind_to_thread().map_err(driver_error("bind the device's context"))?;
-        let what = format!("split (ncclCommSplit) of the {name} communicator");
-        // On a non-blocking parent the split runs as an asynchronous job of the parent: NCCL
-        // writes the child's handle through the pointer it was given only when the job ends
-        // (until then it reads NULL), and reports the job's progress on the parent. So the
-        // slot lives on the heap, the parent is polled before the slot is read, and if the wait
-        // fails the slot is leaked rather than freed under a job that may still write to it.
-        let mut config = nonblocking_config();
-        let mut slot: Box<sys::ncclComm_t> = Box::new(std::ptr::null_mut());
-        let waited = self.with_comm(|comm| {
-            let code = unsafe { sys::ncclCommSplit(comm, color, key, &mut *slot, &mut config) };
-            if !check(code, &what, Some(comm))? {
-                wait_ready(comm, &what, Instant::now() + res.timeout, &res.fault)?;
-            }
-            Ok(())
-        });
-        if let Err(e) = waited {
-            Box::leak(slot);
-            return Err(e);
-        }
-        Communicator::adopt(name, *slot, Code::ncclSuccess, "split (ncclCommSplit)", res)
     }
 
     /// Waits until a new communicator is ready, then registers it with the fault state (abort on

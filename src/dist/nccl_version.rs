@@ -5,9 +5,9 @@ use std::fmt;
 
 use crate::error::{LowpError, Result};
 
-/// The oldest NCCL burn-lowp runs on: `ncclCommSplit` (the expert-parallel and
-/// expert-data-parallel communicators) came in 2.18, as did the non-blocking communicators'
-/// behaviour the fault handling relies on; BF16 reductions and `ncclAvg` are older (2.10).
+/// The oldest NCCL burn-lowp runs on: the non-blocking communicators' behaviour the fault
+/// handling relies on (`ncclCommInitRankConfig`, `ncclCommFinalize`, aborts that end waiting
+/// kernels) settled in 2.18; BF16 reductions and `ncclAvg` are older (2.10).
 pub const MIN_NCCL: NcclVersion = NcclVersion {
     major: 2,
     minor: 18,
@@ -58,7 +58,7 @@ impl NcclVersion {
             return Err(LowpError::invalid(
                 "NCCL version",
                 self,
-                format!("must be at least {MIN_NCCL} (ncclCommSplit, non-blocking communicators)"),
+                format!("must be at least {MIN_NCCL} (non-blocking communicators)"),
             ));
         }
         Ok(())

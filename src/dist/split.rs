@@ -17,6 +17,22 @@ use std::ops::Range;
 
 use crate::error::{LowpError, Result};
 
+/// Where one of a rank's group communicators comes from. Every group that is neither the world
+/// nor a single rank is made from its own unique id, not split from the world: `ncclCommSplit`
+/// on a non-blocking world first returned no communicator (NCCL 2.28, 2 x H200, 2026-11-27) and,
+/// once waited for, aborted 4-rank runs in glibc at start-up (4 x H100, 2026-11-28); the path
+/// through `ncclCommInitRankConfig` is the world's own, so every group takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSource {
+    /// The group is the whole world: its communicator is the world's.
+    World,
+    /// The group is this rank alone: a communicator of one, from an id the rank makes itself.
+    Alone,
+    /// A communicator of `size` ranks from rank 0's unique id number `id_index`, in which this
+    /// rank is `rank`.
+    Own { id_index: usize, size: usize, rank: usize },
+}
+
 /// How `world_size` ranks divide into expert-parallel and data-parallel groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParallelLayout {
@@ -83,15 +99,37 @@ impl ParallelLayout {
         Ok((0..self.ep_groups).map(|g| g * self.ep_size + ep_rank).collect())
     }
 
-    /// `(color, key)` of `ncclCommSplit` for the expert-parallel communicator: ranks of one color
-    /// form one communicator, ordered by key.
-    pub fn ep_split(&self, rank: usize) -> Result<(i32, i32)> {
-        Ok((self.ep_group(rank)? as i32, self.ep_rank(rank)? as i32))
+    /// How many NCCL unique ids rank 0 makes and hands out in the rendezvous: the world's, then
+    /// (when the groups are neither the world nor single ranks) one per expert-parallel group
+    /// and one per expert-data-parallel group (`GroupSource::Own`'s `id_index`).
+    pub fn unique_ids(&self) -> usize {
+        if self.ep_size > 1 && self.ep_groups > 1 {
+            1 + self.ep_groups + self.ep_size
+        } else {
+            1
+        }
     }
 
-    /// `(color, key)` of `ncclCommSplit` for the expert-data-parallel communicator.
-    pub fn expert_dp_split(&self, rank: usize) -> Result<(i32, i32)> {
-        Ok((self.ep_rank(rank)? as i32, self.ep_group(rank)? as i32))
+    /// Where `rank`'s expert-parallel communicator comes from.
+    pub fn ep_source(&self, rank: usize) -> Result<GroupSource> {
+        let (group, ep_rank) = (self.ep_group(rank)?, self.ep_rank(rank)?);
+        Ok(self.source(self.ep_size, 1 + group, ep_rank))
+    }
+
+    /// Where `rank`'s expert-data-parallel communicator comes from.
+    pub fn expert_dp_source(&self, rank: usize) -> Result<GroupSource> {
+        let (group, ep_rank) = (self.ep_group(rank)?, self.ep_rank(rank)?);
+        Ok(self.source(self.ep_groups, 1 + self.ep_groups + ep_rank, group))
+    }
+
+    fn source(&self, size: usize, id_index: usize, rank: usize) -> GroupSource {
+        if size == self.world_size {
+            GroupSource::World
+        } else if size == 1 {
+            GroupSource::Alone
+        } else {
+            GroupSource::Own { id_index, size, rank }
+        }
     }
 
     /// What every gradient sum is divided by to give the mean over the global batch: the world

@@ -1,6 +1,6 @@
 //! Expert-parallel arithmetic against hand-computed cases.
 
-use burn_lowp::dist::split::invert_permutation;
+use burn_lowp::dist::split::{invert_permutation, GroupSource};
 use burn_lowp::dist::{AllToAllSplits, ExpertSharding, ParallelLayout};
 
 #[test]
@@ -11,14 +11,25 @@ fn groups_are_consecutive_for_ep_and_strided_for_expert_dp() {
     assert_eq!(layout.ep_rank(5).unwrap(), 1);
     assert_eq!(layout.ep_group(5).unwrap(), 1);
     assert_eq!(layout.expert_dp_ranks(5).unwrap(), vec![1, 5]);
-    assert_eq!(layout.ep_split(6).unwrap(), (1, 2));
-    assert_eq!(layout.expert_dp_split(6).unwrap(), (2, 1));
+    // Rank 0 makes the world's id, then one per EP group (2), then one per expert-DP group (4).
+    assert_eq!(layout.unique_ids(), 1 + 2 + 4);
+    assert_eq!(layout.ep_source(6).unwrap(), GroupSource::Own { id_index: 2, size: 4, rank: 2 });
+    assert_eq!(layout.expert_dp_source(6).unwrap(), GroupSource::Own { id_index: 5, size: 2, rank: 1 });
+    assert_eq!(layout.ep_source(1).unwrap(), GroupSource::Own { id_index: 1, size: 4, rank: 1 });
+    assert_eq!(layout.expert_dp_source(1).unwrap(), GroupSource::Own { id_index: 4, size: 2, rank: 0 });
     assert_eq!(layout.grad_divisor(), 8);
     // EP = 1 is plain data parallelism; EP = world has one EP group and no expert replicas.
+    // Their groups are the world or single ranks: no id beyond the world's.
     let dp = ParallelLayout::new(4, 1).unwrap();
     assert_eq!(dp.expert_dp_ranks(2).unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(dp.unique_ids(), 1);
+    assert_eq!(dp.ep_source(2).unwrap(), GroupSource::Alone);
+    assert_eq!(dp.expert_dp_source(2).unwrap(), GroupSource::World);
     let ep = ParallelLayout::new(4, 4).unwrap();
     assert_eq!(ep.expert_dp_ranks(2).unwrap(), vec![2]);
+    assert_eq!(ep.unique_ids(), 1);
+    assert_eq!(ep.ep_source(2).unwrap(), GroupSource::World);
+    assert_eq!(ep.expert_dp_source(2).unwrap(), GroupSource::Alone);
 }
 
 #[test]
@@ -150,4 +161,40 @@ fn the_expert_major_permutation_is_a_bijection() {
     }
     assert!(invert_permutation(&[0, 0]).is_err());
     assert!(invert_permutation(&[2, 0]).is_err());
+}
+
+/// Over every layout of up to 8 ranks: the ranks that join one of rank 0's ids are exactly the
+/// members of one group (`ep_group_ranks`, `expert_dp_ranks`), seated 0..size in order, and every
+/// id rank 0 makes is joined.
+#[test]
+fn every_group_id_is_joined_by_exactly_its_members() {
+    use std::collections::BTreeMap;
+    for world in 1..=8usize {
+        for ep in (1..=world).filter(|ep| world % ep == 0) {
+            let layout = ParallelLayout::new(world, ep).unwrap();
+            let mut seats: BTreeMap<usize, Vec<(usize, usize, usize)>> = BTreeMap::new();
+            for rank in 0..world {
+                let members = [layout.ep_group_ranks(rank).unwrap().collect::<Vec<_>>(), layout.expert_dp_ranks(rank).unwrap()];
+                let sources = [layout.ep_source(rank).unwrap(), layout.expert_dp_source(rank).unwrap()];
+                for (source, members) in sources.into_iter().zip(members) {
+                    match source {
+                        GroupSource::World => assert_eq!(members.len(), world, "{world}/{ep} rank {rank}"),
+                        GroupSource::Alone => assert_eq!(members, vec![rank], "{world}/{ep} rank {rank}"),
+                        GroupSource::Own { id_index, size, rank: seat } => {
+                            assert_eq!(members.len(), size, "{world}/{ep} rank {rank}");
+                            assert_eq!(members[seat], rank, "{world}/{ep} rank {rank}");
+                            seats.entry(id_index).or_default().push((seat, rank, size));
+                        }
+                    }
+                }
+            }
+            let joined: Vec<usize> = seats.keys().copied().collect();
+            assert_eq!(joined, (1..layout.unique_ids()).collect::<Vec<_>>(), "{world}/{ep}");
+            for (id, mut seated) in seats {
+                seated.sort();
+                let size = seated[0].2;
+                assert_eq!(seated.iter().map(|s| s.0).collect::<Vec<_>>(), (0..size).collect::<Vec<_>>(), "{world}/{ep} id {id}");
+            }
+        }
+    }
 }
