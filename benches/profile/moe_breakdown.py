@@ -152,11 +152,14 @@ def classify_records(gpu):
     found = collections.Counter()
     hint_conflicts = collections.Counter()
     expert, heads, part = None, False, 0
-    shares = []  # backward windows' linears: [has a batched GEMM, [per-expert GEMM records]]
+    # Backward windows' linears: [kinds their batched GEMMs ran, [per-expert GEMM records]].
+    shares = []
 
     def resolve(share):
         batched, plain = share
-        cut = 0 if batched else len(plain) // 2
+        # A batched dgrad leaves the per-expert GEMMs the wgrad; a K-grouped wgrad leaves them
+        # the dgrad; with neither, each expert runs its dgrad, then its wgrad.
+        cut = 0 if "dgrad" in batched else len(plain) if "wgrad" in batched else len(plain) // 2
         for i, r in enumerate(plain):
             r["gemm_kind"] = "dgrad" if i < cut else "wgrad"
 
@@ -181,8 +184,10 @@ def classify_records(gpu):
             elif impl == "lt":
                 shares[-1][1].append(r)  # resolved when the linear's share ends
             else:
-                shares[-1][0] = True
-                r["gemm_kind"] = "dgrad"
+                # Our kernels' and the pointer-array batch's backward GEMMs are dgrads, but the
+                # K-grouped wgrad, which its name says.
+                r["gemm_kind"] = name_hint(name, impl) if name_hint(name, impl) == "wgrad" else "dgrad"
+                shares[-1][0].add(r["gemm_kind"])
         # Markers move the state after the record that carries them.
         if name.startswith(HEADS_OPEN):
             heads = True
@@ -196,10 +201,10 @@ def classify_records(gpu):
             expert, part = "bwd", 0
             r["opens"] = "bwd"
             found["bwd windows"] += 1
-            shares.append([False, []])
+            shares.append([set(), []])
         elif name.startswith(BWD_SPLIT) and expert == "bwd":
             resolve(shares[-1])
-            shares.append([False, []])
+            shares.append([set(), []])
             part += 1
         elif name.startswith(CLOSE) and expert is not None:
             if expert == "bwd":
@@ -354,8 +359,8 @@ def print_report(runs, labels):
 
 def synthetic_trace(path):
     """Two steps of a toy MoE (two layers, one micro-batch): forward, backward, AdamW. The BF16
-    step runs fprop on our kernel and dgrad on the pointer-array batch; the second layer's
-    backward has no batched GEMM (dgrad per expert too)."""
+    step runs fprop on our kernel and dgrad on the pointer-array batch; in the second layer's
+    backward, fc2 runs dgrad per expert and the K-grouped wgrad, fc1 both per expert."""
     rows, t, corr = [], 1000, 1
 
     def k(name, dur=10_000, stream=7, grid="132x1x1/384x1x1"):
@@ -398,8 +403,9 @@ def synthetic_trace(path):
                 for e in range(4):
                     k(lt, stream=20 + e)
             else:
-                for e in range(8):  # dgrad then wgrad, per expert
+                for e in range(4):  # dgrad per expert, then the K-grouped wgrad
                     k(lt, stream=20 + e % 4)
+                k("lowp_grouped_wgrad_bf16_256")
                 k("activation_backward_kernel_n_4")
                 for e in range(8):
                     k(lt, stream=20 + e % 4)
@@ -424,7 +430,8 @@ def self_test():
     want = {
         "grouped fprop: ours (sm90)": 2, "grouped fprop: cuBLASLt ptrBatch": 2,
         "grouped dgrad: cuBLASLt ptrBatch": 1, "grouped dgrad: ours (sm90)": 1,
-        "grouped dgrad: per-expert cuBLASLt": 8, "grouped wgrad: per-expert cuBLASLt": 16,
+        "grouped dgrad: per-expert cuBLASLt": 8, "grouped wgrad: per-expert cuBLASLt": 12,
+        "grouped wgrad: ours (sm90)": 1,
         ATTN_GEMM: 6, DENSE: 7, OTHER: 2,
     }
     failures = [(k, launches.get(k, 0), v) for k, v in want.items() if launches.get(k, 0) != v]
