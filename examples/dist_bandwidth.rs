@@ -18,8 +18,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use burn_lowp::dist::launcher::{launch, take_nproc_arg, LaunchOptions};
-use burn_lowp::dist::{Fingerprint, ProcessGroup, ReduceDtype, ReduceOp};
+use burn_lowp::dist::{run_rank_program, Fingerprint, ProcessGroup, RankSetup, ReduceDtype, ReduceOp};
 use burn_lowp::{LowpError, Result};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::prelude::*;
@@ -30,7 +29,8 @@ const ITERS: usize = 20;
 const SIZES: [usize; 4] = [16 << 20, 64 << 20, 256 << 20, 1 << 30];
 
 fn main() -> ExitCode {
-    match run() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match run_rank_program(&args, setup, bench) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -39,28 +39,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let (nproc, rest) = take_nproc_arg(&args)?;
-    if let Some(n) = nproc {
-        return launch(&LaunchOptions::current_exe(n, rest)?);
-    }
+fn setup(rest: &[OsString]) -> Result<RankSetup<()>> {
     if !rest.is_empty() {
         return Err(LowpError::invalid("arguments", format!("{rest:?}"), "takes none besides --nproc-per-node"));
     }
-    let group = ProcessGroup::from_env(&[Fingerprint::of("bench", b"dist_bandwidth")], 1)?.ok_or_else(|| {
-        LowpError::invalid("WORLD_SIZE", "unset", "run with --nproc-per-node N or under torchrun")
-    })?;
-    match bench(&group) {
-        Ok(()) => group.finish(),
-        Err(e) => {
-            group.fail(&e);
-            Err(e)
-        }
-    }
+    Ok(RankSetup {
+        options: (),
+        fingerprints: vec![Fingerprint::of("bench", b"dist_bandwidth")],
+        expert_parallel_size: 1,
+    })
 }
 
-fn bench(group: &ProcessGroup) -> Result<()> {
+fn bench(group: &ProcessGroup, _: ()) -> Result<()> {
     let n = group.world_size();
     let client = CudaRuntime::client(&CudaDevice::new(group.device));
     let sync = || -> Result<()> {

@@ -24,14 +24,14 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use burn_lowp::dist::launcher::{launch, take_nproc_arg, LaunchOptions};
 use std::sync::Arc;
 
 use burn::backend::Autodiff;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_cubecl::CubeBackend;
 use burn_lowp::dist::{
-    AllToAllSplits, DifferentiableAllToAll, ExpertSharding, Fingerprint, ProcessGroup, ReduceDtype, ReduceOp, TokenAllToAll,
+    run_rank_program, AllToAllSplits, DifferentiableAllToAll, ExpertSharding, Fingerprint, ProcessGroup, RankSetup, ReduceDtype,
+    ReduceOp, TokenAllToAll,
 };
 use burn_lowp::{LowpError, Result};
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
@@ -72,7 +72,8 @@ fn parse(args: &[OsString]) -> Result<Options> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match run_rank_program(&args, setup, check) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -81,29 +82,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let (nproc, rest) = take_nproc_arg(&args)?;
-    if let Some(n) = nproc {
-        return launch(&LaunchOptions::current_exe(n, rest)?);
-    }
-    let options = parse(&rest)?;
+fn setup(rest: &[OsString]) -> Result<RankSetup<Options>> {
+    let options = parse(rest)?;
     let joined: Vec<String> = rest.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let fingerprints = [Fingerprint::of("arguments", joined.join(" ").as_bytes())];
-    let group = ProcessGroup::from_env(&fingerprints, options.ep)?.ok_or_else(|| {
-        LowpError::invalid("WORLD_SIZE", "unset", "run with --nproc-per-node N or under torchrun")
-    })?;
+    Ok(RankSetup {
+        expert_parallel_size: options.ep,
+        options,
+        fingerprints: vec![Fingerprint::of("arguments", joined.join(" ").as_bytes())],
+    })
+}
+
+fn check(group: &ProcessGroup, options: Options) -> Result<()> {
     let start = Instant::now();
-    match check_collectives(&group, &options) {
-        Ok(()) => {
-            println!("rank {}: all checks passed in {:.2} s", group.rank(), start.elapsed().as_secs_f64());
-            group.finish()
-        }
-        Err(e) => {
-            group.fail(&e);
-            Err(e)
-        }
-    }
+    check_collectives(group, &options)?;
+    println!("rank {}: all checks passed in {:.2} s", group.rank(), start.elapsed().as_secs_f64());
+    Ok(())
 }
 
 fn check_collectives(group: &ProcessGroup, options: &Options) -> Result<()> {

@@ -18,7 +18,8 @@
 //!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
 //!   host wait), `collectives` (collectives on CubeCL buffers; `tensor_collectives` on Burn
 //!   tensors: the gradient all-reduce and the token all-to-all), `group` (a rank's process group,
-//!   put together from all of the above).
+//!   put together from all of the above), `rank_program` (a program run as every rank: launch,
+//!   join, work, finish or fail).
 //!
 //! docs/multi-gpu.md describes the design and what remains to wire.
 
@@ -43,6 +44,8 @@ pub mod group;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 #[cfg(feature = "nccl")]
+pub mod rank_program;
+#[cfg(feature = "nccl")]
 pub mod tensor_collectives;
 
 pub use env::LaunchEnv;
@@ -59,3 +62,5 @@ pub use collectives::Collectives;
 pub use group::ProcessGroup;
 #[cfg(feature = "nccl")]
 pub use nccl::ReduceDtype;
+#[cfg(feature = "nccl")]
+pub use rank_program::{run_rank_program, RankSetup};
