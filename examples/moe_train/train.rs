@@ -395,6 +395,12 @@ where
         session.finish()?;
     }
     drop(installed);
+    // The held-out pass needs no optimizer state, and CubeCL's pools still hold the pages that
+    // training's shapes carved: dropped and released first, so that the pass finds room (the
+    // fine-grained config ran out of memory here on an 80 GB H100, 2026-11-28).
+    drop(optim);
+    B::memory_cleanup(device);
+    let eval_loss = evaluate(&model, run, device, exchange, parallel)?;
 
     let ran = last_step.saturating_sub(first_step).max(1);
     let syncs = host_syncs().since(&syncs_before);
@@ -418,7 +424,7 @@ where
         first_step,
         steps: last_step,
         final_loss,
-        eval_loss: evaluate(&model, run, device, exchange, parallel)?,
+        eval_loss,
         losses,
         tokens_per_s: (timed_steps * train.tokens_per_step()) as f64 / timed_seconds.max(1e-9),
         step_ms: 1e3 * timed_seconds / timed_steps.max(1) as f64,
