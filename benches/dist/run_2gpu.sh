@@ -53,29 +53,15 @@ fi
 # --- 2. data parallel against one GPU -----------------------------------------------------------
 . "$(dirname "$0")/compare_losses.sh"
 for recipe in bf16 delayed_scaling; do
-  one="$OUT/one-$recipe" two="$OUT/two-$recipe"
-  CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$one" >"$one.log" 2>&1 || { fail "dp=1gpu $recipe: the one-GPU run failed (see $one.log)"; tail -5 "$one.log"; continue; }
-  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$two" >"$two.log" 2>&1 || { fail "dp=1gpu $recipe: the 2-rank run failed (see $two.log)"; tail -5 "$two.log"; continue; }
-  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$two/$recipe/metrics.jsonl")
-  case "$verdict" in
-    ok*) pass "dp=1gpu $recipe: ${verdict#ok }" ;;
-    *) fail "dp=1gpu $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
-  esac
+  reference_run "dp=1gpu $recipe" "$OUT/one-$recipe" "$recipe" || continue
+  check_run "dp=1gpu $recipe" "$OUT/one-$recipe/$recipe/metrics.jsonl" "$OUT/two-$recipe" "$recipe" \
+    --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" --no-checkpoint --quiet
 done
 
 # --- 2b. expert parallel against one GPU ----------------------------------------------------------
 for recipe in bf16 delayed_scaling; do
-  one="$OUT/one-$recipe" ep="$OUT/ep2-$recipe"
-  [ -s "$one/$recipe/metrics.jsonl" ] || { fail "ep=2 equals ep=1 $recipe: no one-GPU run from check 2"; continue; }
-  timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/ep-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$ep" >"$ep.log" 2>&1 || { fail "ep=2 equals ep=1 $recipe: the 2-rank EP run failed (see $ep.log)"; tail -5 "$ep.log"; continue; }
-  verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$ep/$recipe/metrics.jsonl")
-  case "$verdict" in
-    ok*) pass "ep=2 equals ep=1 $recipe: ${verdict#ok }" ;;
-    *) fail "ep=2 equals ep=1 $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
-  esac
+  check_run "ep=2 equals ep=1 $recipe" "$OUT/one-$recipe/$recipe/metrics.jsonl" "$OUT/ep2-$recipe" "$recipe" \
+    --nproc-per-node 2 --config benches/dist/ep-check.json --recipe "recipes/$recipe.json" --no-checkpoint --quiet
 done
 
 # --- 2c. resume: a 2-rank run stopped after 10 steps and resumed from its checkpoint ------------

@@ -29,19 +29,11 @@ eps="2"; [ "$N" -gt 2 ] && eps="2 $N"
 # --- 1. expert parallel against one GPU ---------------------------------------------------------
 . "$(dirname "$0")/compare_losses.sh"
 for recipe in bf16 delayed_scaling; do
-  one="$OUT/one-$recipe"
-  CUDA_VISIBLE_DEVICES=0 timeout 240 "$BIN" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$one" >"$one.log" 2>&1 || { fail "ep $recipe: the one-GPU run failed (see $one.log)"; tail -5 "$one.log"; continue; }
+  reference_run "ep $recipe" "$OUT/one-$recipe" "$recipe" || continue
   for ep in $eps; do
-    run="$OUT/ep$ep-$recipe"
-    timeout 300 "$BIN" --nproc-per-node "$N" --expert-parallel-size "$ep" --config benches/dist/dp-check.json \
-      --recipe "recipes/$recipe.json" --no-checkpoint --quiet --out "$run" >"$run.log" 2>&1 \
-      || { fail "ep=$ep ($N ranks) equals 1 GPU, $recipe: the run failed (see $run.log)"; tail -5 "$run.log"; continue; }
-    verdict=$(compare_losses "$one/$recipe/metrics.jsonl" "$run/$recipe/metrics.jsonl")
-    case "$verdict" in
-      ok*) pass "ep=$ep ($N ranks) equals 1 GPU, $recipe: ${verdict#ok }" ;;
-      *) fail "ep=$ep ($N ranks) equals 1 GPU, $recipe: ${verdict#bad } (tolerance: step 0 0.5 %, every step 2 %, 20 steps)" ;;
-    esac
+    check_run "ep=$ep ($N ranks) equals 1 GPU, $recipe" "$OUT/one-$recipe/$recipe/metrics.jsonl" "$OUT/ep$ep-$recipe" "$recipe" \
+      --nproc-per-node "$N" --expert-parallel-size "$ep" --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
+      --no-checkpoint --quiet
   done
 done
 
