@@ -1,5 +1,8 @@
 //! Checkpoints of a training run: the model record (parameters, delayed-scaling scales and amax
-//! histories, router biases), the optimizer record (AdamW moments and step counts), and
+//! histories, router biases), the exact values of the parameters whose dtype is not the
+//! backend's float type (`exact-params`: Burn's records load floats in the backend's type, which
+//! would round the router's f32 weight to BF16 on the CUDA BF16 backend), the optimizer record
+//! (AdamW moments and step counts), and
 //! `state.json` (next step, seed, the run config and recipe it was trained with, the
 //! stochastic-rounding stream positions), and the GEMM algorithm choices (`gemm-tuning.json`, so
 //! the resumed run's GEMMs sum in the same order on CUDA). The data position is the step (see
@@ -7,13 +10,15 @@
 //! uninterrupted one.
 //! Written to a temporary directory and renamed, so an interrupted save leaves the previous one.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{Element, Tensor};
+use burn_lowp::backend::exact_record::ExactParam;
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
 use serde::{Deserialize, Serialize};
@@ -61,6 +66,9 @@ where
         .record(model.clone().into_record(), staging.join("model"))
         .map_err(|e| LowpError::file(staging.join("model.bin"), e))?;
     recorder()
+        .record(ExactFloats::of(model).0, staging.join(EXACT_PARAMS))
+        .map_err(|e| LowpError::file(staging.join(format!("{EXACT_PARAMS}.bin")), e))?;
+    recorder()
         .record(optim.to_record(), staging.join("optimizer"))
         .map_err(|e| LowpError::file(staging.join("optimizer.bin"), e))?;
     let json = serde_json::to_string_pretty(state).expect("checkpoint state serializes");
@@ -88,12 +96,19 @@ where
     let record = recorder()
         .load(dir.join("model"), device)
         .map_err(|e| LowpError::file(dir.join("model.bin"), e))?;
-    // A record's floats load in the backend's float dtype, but some parameters keep another
-    // (the f32 amax histories and scales of a BF16 backend): a resumed CUDA run failed on them
-    // (H100, 2026-11-28). So every float parameter gets back the dtype the fresh model gave it.
-    let mut dtypes = FloatDtypes(Vec::new());
-    model.visit(&mut dtypes);
-    let model = model.load_record(record).map(&mut CastBack(dtypes.0.into_iter()));
+    // The record's floats load in the backend's float type; the parameters of another dtype get
+    // their saved values back, bit for bit, from `exact-params`.
+    let exact: Vec<ExactParam<B, 1>> = recorder()
+        .load(dir.join(EXACT_PARAMS), device)
+        .map_err(|e| LowpError::file(dir.join(format!("{EXACT_PARAMS}.bin")), e))?;
+    let mut restore = RestoreExact(exact.into_iter().map(|p| (p.id, p.tensor)).collect());
+    let model = model.load_record(record).map(&mut restore);
+    if let Some(id) = restore.0.keys().next() {
+        return Err(LowpError::file(
+            dir.join(format!("{EXACT_PARAMS}.bin")),
+            format!("holds parameter {id}, which the model does not have"),
+        ));
+    }
     let states = model.lowp_states();
     if states.len() != state.quantize_calls.len() {
         return Err(LowpError::file(
@@ -110,22 +125,40 @@ where
     Ok((model, optim.load_record(record)))
 }
 
-/// The dtypes of a module's float parameters, in visit order.
-struct FloatDtypes(Vec<DType>);
+/// The file of the parameters whose dtype is not the backend's float type.
+const EXACT_PARAMS: &str = "exact-params";
 
-impl<B: Backend> ModuleVisitor<B> for FloatDtypes {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.0.push(param.val().dtype());
+/// The float parameters whose dtype is not the backend's float type, flattened, with their ids.
+struct ExactFloats<B: Backend>(Vec<ExactParam<B, 1>>);
+
+impl<B: Backend> ExactFloats<B> {
+    fn of<M: Module<B>>(module: &M) -> Self {
+        let mut found = ExactFloats(Vec::new());
+        module.visit(&mut found);
+        found
     }
 }
 
-/// Casts each float parameter, in visit order, to the next of the dtypes given.
-struct CastBack(std::vec::IntoIter<DType>);
+impl<B: Backend> ModuleVisitor<B> for ExactFloats<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let value = param.val();
+        if value.dtype() != <B::FloatElem as Element>::dtype() {
+            let n = value.shape().num_elements();
+            self.0.push(ExactParam { id: param.id, tensor: value.reshape([n]) });
+        }
+    }
+}
 
-impl<B: Backend> ModuleMapper<B> for CastBack {
+/// Gives each parameter found in the map its saved value (in its saved dtype), taking it out.
+struct RestoreExact<B: Backend>(HashMap<ParamId, Tensor<B, 1>>);
+
+impl<B: Backend> ModuleMapper<B> for RestoreExact<B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        match self.0.next() {
-            Some(dtype) => param.map(|t| if t.dtype() == dtype { t } else { t.cast(dtype) }),
+        match self.0.remove(&param.id) {
+            Some(saved) => param.map(|t| {
+                let value = saved.reshape(t.shape());
+                if t.is_require_grad() { value.require_grad() } else { value }
+            }),
             None => param,
         }
     }

@@ -17,6 +17,7 @@ pub mod ndarray;
 pub mod activation;
 pub mod attention;
 pub mod device;
+pub mod exact_record;
 pub mod gemm;
 pub mod gemm_profile;
 pub mod gemm_tuning;

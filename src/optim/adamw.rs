@@ -26,6 +26,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 pub use crate::backend::ops::optim::{adamw_step_reference, min_positive, sum_of_squares};
 pub use crate::backend::optim::{AdamWStep, AdamWTensors};
+use crate::backend::exact_record::ExactTensor;
 use crate::backend::LowpBackend;
 
 #[derive(Config, Debug)]
@@ -64,12 +65,14 @@ struct FusedAdamWStepConfig {
     grad_clip_norm: Option<f32>,
 }
 
-/// One parameter's state: the f32 moments and the steps taken.
+/// One parameter's state: the f32 moments and the steps taken. The moments are recorded in f32
+/// whatever the backend's float type (`ExactTensor`: Burn's records load floats in the
+/// backend's type, BF16 on the CUDA BF16 backend).
 #[derive(Record, Clone)]
 pub struct FusedAdamWState<B: Backend, const D: usize> {
     pub time: usize,
-    pub moment_1: Tensor<B, D>,
-    pub moment_2: Tensor<B, D>,
+    pub moment_1: ExactTensor<B, D>,
+    pub moment_2: ExactTensor<B, D>,
 }
 
 impl FusedAdamWConfig {
@@ -119,13 +122,13 @@ impl<B: LowpBackend> SimpleOptimizer<B> for FusedAdamW {
             grad_clip_norm: c.grad_clip_norm,
         };
         let prim = |t: Tensor<B, D>| t.into_primitive().tensor();
-        let moments = state.map(|s| (prim(s.moment_1), prim(s.moment_2)));
+        let moments = state.map(|s| (prim(s.moment_1.0), prim(s.moment_2.0)));
         let out = B::optim_adamw_step(prim(tensor), prim(grad), moments, &step);
         let back = |t| Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(t)).reshape(shape.clone());
         let state = FusedAdamWState {
             time: step.time,
-            moment_1: back(out.moment_1),
-            moment_2: back(out.moment_2),
+            moment_1: ExactTensor(back(out.moment_1)),
+            moment_2: ExactTensor(back(out.moment_2)),
         };
         (back(out.param), Some(state))
     }
@@ -133,8 +136,8 @@ impl<B: LowpBackend> SimpleOptimizer<B> for FusedAdamW {
     fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
         FusedAdamWState {
             time: state.time,
-            moment_1: state.moment_1.to_device(device),
-            moment_2: state.moment_2.to_device(device),
+            moment_1: ExactTensor(state.moment_1.0.to_device(device)),
+            moment_2: ExactTensor(state.moment_2.0.to_device(device)),
         }
     }
 }

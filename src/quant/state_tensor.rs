@@ -12,6 +12,8 @@ use burn::module::{
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::Tensor;
 
+use crate::backend::exact_record::ExactParam;
+
 #[derive(Clone, Debug)]
 pub struct StateTensor<B: Backend, const D: usize> {
     id: ParamId,
@@ -56,7 +58,8 @@ impl<B: Backend, const D: usize> ModuleDisplayDefault for StateTensor<B, D> {
 impl<B: Backend, const D: usize> ModuleDisplay for StateTensor<B, D> {}
 
 impl<B: Backend, const D: usize> Module<B> for StateTensor<B, D> {
-    type Record = Param<Tensor<B, D>>;
+    /// In the state's own dtype (an f32 history on a BF16 backend stays f32, bit for bit).
+    type Record = ExactParam<B, D>;
 
     /// Not visited: visitors look for parameters (Burn's `num_params`, gradient collection), and
     /// this state is not one, so a model's size counts trainable weights only. Records
@@ -72,13 +75,16 @@ impl<B: Backend, const D: usize> Module<B> for StateTensor<B, D> {
     }
 
     fn into_record(self) -> Self::Record {
-        Param::initialized(self.id, self.value())
+        ExactParam {
+            id: self.id,
+            tensor: self.value(),
+        }
     }
 
     fn load_record(mut self, record: Self::Record) -> Self {
         let device = self.value().device();
         self.id = record.id;
-        self.set(record.val().to_device(&device));
+        self.set(record.tensor.to_device(&device));
         self
     }
 
