@@ -81,7 +81,8 @@ where
 fn write_state(dir: &Path, state: &CheckpointState) -> Result<(), LowpError> {
     let json = serde_json::to_string_pretty(state).expect("checkpoint state serializes");
     std::fs::write(dir.join("state.json"), json).map_err(|e| LowpError::file(dir.join("state.json"), e))?;
-    burn_lowp::backend::save_gemm_tuning(dir.join(TUNING_FILE))
+    burn_lowp::backend::save_gemm_tuning(dir.join(TUNING_FILE))?;
+    Ok(())
 }
 
 /// An empty directory at `path` (what was there removed).
