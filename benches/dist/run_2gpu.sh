@@ -18,7 +18,8 @@
 #    bf16 and delayed scaling, the 2-rank run against check 2's one-GPU run, same tolerance (the
 #    experts see the same rows in another order, the same rounding arguments hold);
 # 2c. resume: stopped after 10 steps and resumed, the losses equal an uninterrupted run's bit for
-#    bit (the same world size; cuBLASLt's heuristic algorithms in all three runs);
+#    bit (the same world size; cuBLASLt's heuristic algorithms in all three runs), data parallel
+#    and expert parallel (ep-check.json: the checkpoint sharded by EP rank);
 # 3. a killed rank: rank 1 killed (SIGKILL) mid-run; rank 0 must end with its own error and the
 #    launcher with a failure within 60 s (LOWP_DIST_TIMEOUT=30), and rank 0 must write no summary;
 # 4. tokens/s of 1 and 2 GPUs, configs/moe-fine-grained.json and configs/moe-1.9b.json, 35 steps
@@ -70,22 +71,23 @@ done
 # two runs that time the candidates may keep different ones and sum in other orders, so check 2's
 # run is no reference (its second loss already differed from a second run's in the 7th digit,
 # 2 x H200, 2026-11-28).
-for recipe in bf16 delayed_scaling; do
-  whole="$OUT/whole-$recipe" parts="$OUT/resume-$recipe"
-  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --no-checkpoint --quiet --out "$whole" >"$whole.log" 2>&1 || { fail "resume $recipe: the uninterrupted run failed (see $whole.log)"; tail -5 "$whole.log"; continue; }
+for check in dp ep; do for recipe in bf16 delayed_scaling; do
+  label="resume $recipe$([ $check = ep ] && echo ", expert parallel")" config="benches/dist/$check-check.json"
+  whole="$OUT/whole-$check-$recipe" parts="$OUT/resume-$check-$recipe"
+  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config "$config" --recipe "recipes/$recipe.json" \
+    --no-checkpoint --quiet --out "$whole" >"$whole.log" 2>&1 || { fail "$label: the uninterrupted run failed (see $whole.log)"; tail -5 "$whole.log"; continue; }
   whole="$whole/$recipe/metrics.jsonl"
-  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --stop-after 10 --quiet --out "$parts" >"$parts.log" 2>&1 || { fail "resume $recipe: the first part failed (see $parts.log)"; tail -5 "$parts.log"; continue; }
-  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config benches/dist/dp-check.json --recipe "recipes/$recipe.json" \
-    --resume "$parts/$recipe/checkpoint" --quiet --out "$parts" >"$parts-2.log" 2>&1 || { fail "resume $recipe: the resumed part failed (see $parts-2.log)"; tail -5 "$parts-2.log"; continue; }
+  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config "$config" --recipe "recipes/$recipe.json" \
+    --stop-after 10 --quiet --out "$parts" >"$parts.log" 2>&1 || { fail "$label: the first part failed (see $parts.log)"; tail -5 "$parts.log"; continue; }
+  LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config "$config" --recipe "recipes/$recipe.json" \
+    --resume "$parts/$recipe/checkpoint" --quiet --out "$parts" >"$parts-2.log" 2>&1 || { fail "$label: the resumed part failed (see $parts-2.log)"; tail -5 "$parts-2.log"; continue; }
   if cmp -s <(losses "$whole") <(losses "$parts/$recipe/metrics.jsonl"); then
-    pass "resume $recipe: stopped at step 10 and resumed on 2 ranks, all $(losses "$whole" | wc -l) losses equal the uninterrupted run's bit for bit"
+    pass "$label: stopped at step 10 and resumed on 2 ranks, all $(losses "$whole" | wc -l) losses equal the uninterrupted run's bit for bit"
   else
     first=$(paste <(losses "$whole") <(losses "$parts/$recipe/metrics.jsonl") | awk '$1 != $2 { print NR - 1 ": " $1 " vs " $2; exit }')
-    fail "resume $recipe: the losses differ from the uninterrupted run's, first at step $first"
+    fail "$label: the losses differ from the uninterrupted run's, first at step $first"
   fi
-done
+done; done
 
 # --- 3. a killed rank ---------------------------------------------------------------------------
 kill_dir="$OUT/kill"

@@ -7,7 +7,8 @@
 //! scaling amaxes of the step are reduced with MAX in one call before the scales are updated
 //! (TE's `reduce_and_update_fp8_tensors`), and the routers' expert loads are summed, so that every
 //! rank updates the same scales and biases the one-GPU run of the global batch would; the logged
-//! losses are averaged over the ranks. Rank 0 alone writes files.
+//! losses are averaged over the ranks. Rank 0 alone writes files, but the expert shards of an
+//! expert-parallel checkpoint (`checkpoint::save_sharded`).
 //!
 //! Expert parallelism (`train.expert_parallel_size` = ep > 1, `ExpertParallel`): the ranks form
 //! groups of ep consecutive ranks; each rank holds `num_experts / ep` experts and the MoE layers
@@ -93,6 +94,15 @@ impl<B: AutodiffBackend> DataParallel<'_, B> {
                 divisor: None,
             },
         )
+    }
+
+    /// Returns once every rank has called it: a one-element all-reduce read on the host (the
+    /// checkpoint of an expert-parallel run waits here until every shard is written).
+    pub fn barrier(&self, device: &B::Device) -> Result<(), LowpError> {
+        let one = Tensor::<B::InnerBackend, 1>::zeros([1], device).cast(DType::F32);
+        let reduced = self.reducer.all_reduce(one, ReduceOp::Sum)?;
+        reduced.into_data();
+        (self.check)()
     }
 
     /// The mean over the ranks of `values` (one all-reduce, in FP32).

@@ -63,8 +63,8 @@ pub struct TrainConfig {
     /// Ranks that share one copy of the experts (expert parallelism): each rank of a group of
     /// this many consecutive ranks holds `num_experts / expert_parallel_size` experts and the
     /// MoE layers exchange tokens over the group. It must divide the world size and
-    /// `model.num_experts`; 1: every rank holds every expert (data parallelism alone).
-    /// Checkpoints are not written with more than 1 (run with `--no-checkpoint`).
+    /// `model.num_experts`; 1: every rank holds every expert (data parallelism alone). With
+    /// more than 1 the checkpoint keeps each EP rank's records apart (`checkpoint::save_sharded`).
     #[config(default = 1)]
     pub expert_parallel_size: usize,
 }

@@ -165,13 +165,6 @@ where
     }
     let expert_parallel = parallel.and_then(|p| p.expert_parallel.as_ref());
     let exchange = parallel.and_then(|p| p.exchange());
-    if expert_parallel.is_some() && (run.checkpoints || run.resume.is_some()) {
-        return Err(LowpError::invalid(
-            "train.expert_parallel_size",
-            train.expert_parallel_size,
-            "checkpoints of expert-parallel runs are not written or read yet (each rank holds other experts); run with --no-checkpoint and without --resume",
-        ));
-    }
     B::seed(device, train.seed);
     let mut model: MoeLm<B> = match expert_parallel {
         Some(ep) => model_config.init_expert_parallel(run.recipe, device, ep.layout.ep_size, ep.ep_rank)?,
@@ -200,10 +193,23 @@ where
                 "the checkpoint was trained with another run config, recipe or seed; resume with the same ones",
             ));
         }
-        (model, optim) = checkpoint::restore(dir, model, optim, &state, device)?;
+        (model, optim) = checkpoint::restore(dir, model, optim, &state, expert_parallel.map(|ep| ep.ep_rank), device)?;
         checkpoint::load_tuning(dir)?;
         first_step = state.next_step;
     }
+    // An expert-parallel run's ranks write their experts' shards (those of EP group 0) and meet
+    // at a barrier; rank 0 puts the checkpoint together.
+    let barrier = || parallel.map_or(Ok(()), |p| p.barrier(device));
+    let sharded = match expert_parallel {
+        Some(ep) => Some(checkpoint::ShardedSave {
+            ep_rank: ep.ep_rank,
+            ep_size: ep.layout.ep_size,
+            writes_shard: ep.layout.ep_group(rank)? == 0,
+            writes_state: writer,
+            barrier: &barrier,
+        }),
+        None => None,
+    };
     let save = |model: &MoeLm<B>, optim: &_, next_step: usize| {
         let state = CheckpointState {
             next_step,
@@ -212,9 +218,11 @@ where
             recipe: recipe_json.clone(),
             quantize_calls: model.lowp_states().iter().map(|s| s.quantize_calls()).collect(),
         };
-        match writer {
-            true => checkpoint::save(&run.out_dir.join("checkpoint"), model, optim, &state),
-            false => Ok(()),
+        let dir = run.out_dir.join("checkpoint");
+        match (&sharded, writer) {
+            (Some(part), _) => checkpoint::save_sharded(&dir, model, optim, &state, part),
+            (None, true) => checkpoint::save(&dir, model, optim, &state),
+            (None, false) => Ok(()),
         }
     };
 
