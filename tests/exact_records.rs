@@ -51,3 +51,29 @@ fn an_exact_tensor_record_keeps_its_dtype_and_bits() {
     let loaded: ExactTensor<B, 2> = Recorder::<B>::load(&full, bytes, &device).unwrap();
     assert_eq!(f64s(loaded.0), fine_values());
 }
+
+/// A parameter of another dtype than the backend's is saved exactly beside the module record and
+/// goes back bit for bit into the module that loaded the (rounding) record; parameters of the
+/// backend's dtype are not saved twice, and a saved parameter the module lacks is an error.
+#[test]
+fn parameters_of_another_dtype_are_saved_and_restored_bit_for_bit() {
+    use burn::module::{Param, ParamId};
+    use burn_lowp::backend::exact_record::{exact_params, restore_exact_params, ExactParam};
+
+    let device = Default::default();
+    let fine = Param::from_tensor(f64_tensor());
+    let plain = Param::from_tensor(Tensor::<B, 2>::ones([2, 2], &device));
+    assert!(exact_params(&plain).is_empty(), "an f32 parameter on an f32 backend needs no exact copy");
+    let saved = exact_params(&fine);
+    assert_eq!(saved.len(), 1);
+    let full = BinBytesRecorder::<FullPrecisionSettings>::new();
+    let bytes = Recorder::<B>::record(&full, saved, ()).unwrap();
+    let saved: Vec<ExactParam<B, 1>> = Recorder::<B>::load(&full, bytes, &device).unwrap();
+    // What a module record gives back on this backend: the value rounded to f32.
+    let rounded = Param::initialized(fine.id, f64_tensor().cast(DType::F32));
+    let restored = restore_exact_params(rounded, saved.clone()).unwrap();
+    assert_eq!(f64s(restored.val()), fine_values());
+    let other = Param::initialized(ParamId::new(), f64_tensor());
+    let err = restore_exact_params(other, saved).unwrap_err().to_string();
+    assert!(err.contains(&fine.id.to_string()) && err.contains("parameter of the module"), "{err}");
+}

@@ -16,15 +16,13 @@
 //! A resumed rank loads its EP rank's records, so the run resumes with any world size that is a
 //! multiple of the same `expert_parallel_size` (the run config, which must match).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{BinFileRecorder, FullPrecisionSettings, Recorder};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Element, Tensor};
-use burn_lowp::backend::exact_record::ExactParam;
+use burn::tensor::backend::AutodiffBackend;
+use burn_lowp::backend::exact_record::{exact_params, restore_exact_params, ExactParam};
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
 use serde::{Deserialize, Serialize};
@@ -70,7 +68,7 @@ where
         .record(model.clone().into_record(), dir.join("model"))
         .map_err(|e| LowpError::file(dir.join("model.bin"), e))?;
     recorder()
-        .record(ExactFloats::of(model).0, dir.join(EXACT_PARAMS))
+        .record(exact_params(model), dir.join(EXACT_PARAMS))
         .map_err(|e| LowpError::file(dir.join(format!("{EXACT_PARAMS}.bin")), e))?;
     recorder()
         .record(optim.to_record(), dir.join("optimizer"))
@@ -204,14 +202,8 @@ where
     let exact: Vec<ExactParam<B, 1>> = recorder()
         .load(records.join(EXACT_PARAMS), device)
         .map_err(|e| LowpError::file(records.join(format!("{EXACT_PARAMS}.bin")), e))?;
-    let mut restore = RestoreExact(exact.into_iter().map(|p| (p.id, p.tensor)).collect());
-    let model = model.load_record(record).map(&mut restore);
-    if let Some(id) = restore.0.keys().next() {
-        return Err(LowpError::file(
-            records.join(format!("{EXACT_PARAMS}.bin")),
-            format!("holds parameter {id}, which the model does not have"),
-        ));
-    }
+    let model = restore_exact_params(model.load_record(record), exact)
+        .map_err(|e| LowpError::file(records.join(format!("{EXACT_PARAMS}.bin")), e))?;
     let states = model.lowp_states();
     if states.len() != state.quantize_calls.len() {
         return Err(LowpError::file(
@@ -230,39 +222,3 @@ where
 
 /// The file of the parameters whose dtype is not the backend's float type.
 const EXACT_PARAMS: &str = "exact-params";
-
-/// The float parameters whose dtype is not the backend's float type, flattened, with their ids.
-struct ExactFloats<B: Backend>(Vec<ExactParam<B, 1>>);
-
-impl<B: Backend> ExactFloats<B> {
-    fn of<M: Module<B>>(module: &M) -> Self {
-        let mut found = ExactFloats(Vec::new());
-        module.visit(&mut found);
-        found
-    }
-}
-
-impl<B: Backend> ModuleVisitor<B> for ExactFloats<B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let value = param.val();
-        if value.dtype() != <B::FloatElem as Element>::dtype() {
-            let n = value.shape().num_elements();
-            self.0.push(ExactParam { id: param.id, tensor: value.reshape([n]) });
-        }
-    }
-}
-
-/// Gives each parameter found in the map its saved value (in its saved dtype), taking it out.
-struct RestoreExact<B: Backend>(HashMap<ParamId, Tensor<B, 1>>);
-
-impl<B: Backend> ModuleMapper<B> for RestoreExact<B> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        match self.0.remove(&param.id) {
-            Some(saved) => param.map(|t| {
-                let value = saved.reshape(t.shape());
-                if t.is_require_grad() { value.require_grad() } else { value }
-            }),
-            None => param,
-        }
-    }
-}
