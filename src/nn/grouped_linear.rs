@@ -36,7 +36,7 @@ type LowpResult<T> = std::result::Result<T, LowpError>;
 use crate::debug::LayerDebug;
 use crate::format::grouped::{uniform_groups, GroupScaling, GROUP_ALIGN};
 use crate::ops::grouped_linear::{run_wgrad, ExpertsDebug};
-use crate::ops::{BackwardErrors, InputRows, LowpLinear, PendingWgrad, RowMove, WgradTarget};
+use crate::ops::{grad_tap, BackwardErrors, InputRows, LowpLinear, PendingWgrad, RowMove, WgradTarget};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
 
 #[derive(Config, Debug)]
@@ -315,7 +315,9 @@ impl<B: LowpLinear> GroupedLinear<B> {
             // (Burn's detach keeps `require_grad`; drop it too.)
             self.weight.val().detach().set_require_grad(false)
         } else {
-            self.weight.val()
+            // Through the installed gradient tap, if any (data parallelism's overlapped
+            // reduction).
+            grad_tap::tapped(&self.weight, &x)
         };
         let w = w.reshape([experts * out, inp]);
         let runtime = self.runtime(&w)?;

@@ -13,7 +13,7 @@ use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 
 use super::lowp_state::LowpState;
 use crate::error::LowpError;
-use crate::ops::LowpLinear;
+use crate::ops::{grad_tap, LowpLinear};
 use crate::recipe::{BoundaryRoles, ModuleKind, Recipe, SlotLayout};
 
 #[derive(Config, Debug)]
@@ -96,10 +96,12 @@ pub(crate) fn linear_forward<B: LowpLinear, const D: usize>(
     let rows: usize = dims[..D - 1].iter().product();
     let x = x.reshape([rows, in_features]);
     let op = lowp.linear_op(0, is_first_microbatch)?;
+    // Through the installed gradient tap, if any (data parallelism's overlapped reduction).
+    let w = grad_tap::tapped(weight, &x);
     // The bias goes into the fprop GEMM (cuBLASLt's epilogue on CUDA).
     let (y, quantized_weight) = B::lowp_linear(
         x.into_primitive().tensor(),
-        weight.val().into_primitive().tensor(),
+        w.into_primitive().tensor(),
         bias.map(|b| b.val().into_primitive().tensor()),
         op,
     )?;

@@ -5,13 +5,15 @@
 //! `attention_op.rs`, `token_routing.rs`, `grouped_rows.rs`, `row_broadcast.rs`, and the
 //! `DifferentiableOp`s of `differentiable.rs` (`rope_op.rs`, `softmax_op.rs`,
 //! `batched_matmul.rs`). `delayed_update.rs` is the end-of-step update of FP8 delayed-scaling
-//! state.
+//! state; `grad_tap.rs` hands a weight's gradient out of backward once it is complete (the hook
+//! of data parallelism's overlapped gradient reduction).
 
 pub mod activation_op;
 pub mod attention_op;
 pub mod batched_matmul;
 mod delayed_update;
 pub mod differentiable;
+pub mod grad_tap;
 pub mod grouped_linear;
 pub mod grouped_rows;
 pub mod layernorm_mlp;
