@@ -1,7 +1,7 @@
 //! The multi-GPU foundation's CPU side (`burn_lowp::dist`): launch variables, the TCP rendezvous
 //! and liveness channel over loopback (threads as ranks), the watchdog with fake events, the
 //! expert-parallel arithmetic, the `--nproc-per-node` launcher with `/bin/sh` children, and data
-//! parallel gradient averaging with threads as ranks. No
+//! parallel gradient averaging with threads as ranks, after backward and overlapped with it. No
 //! GPU and no NCCL: what needs them runs on a GPU machine (docs/multi-gpu.md).
 
 #[path = "dist/env.rs"]
@@ -28,3 +28,6 @@ mod launcher;
 
 #[path = "dist/grad_reduce.rs"]
 mod grad_reduce;
+
+#[path = "dist/overlapped_reduce.rs"]
+mod overlapped_reduce;

@@ -30,6 +30,16 @@ pub trait CollectiveStream: Send + Sync {
     /// work reads or writes, held until CubeCL's stream is ordered after it. A failure once the
     /// call has returned raises the rank's fault state.
     fn submit(&self, buffers: Vec<Handle>, work: CollectiveWork) -> Result<()>;
+
+    /// Queues `work` as `submit` does, but leaves CubeCL's stream free to go on: what it queues
+    /// next is not ordered after `work` until `join`. Until then the caller must not give
+    /// CubeCL any work on the buffers (the output of an all-reduce still running); they are
+    /// held until the join. Data parallelism's reduction overlapped with backward.
+    fn submit_unjoined(&self, buffers: Vec<Handle>, work: CollectiveWork) -> Result<()>;
+
+    /// Orders what the calling thread queues on CubeCL next after all the work queued here so
+    /// far (`submit_unjoined`'s included), and lets the held buffers go. Does not wait.
+    fn join(&self) -> Result<()>;
 }
 
 /// `CollectiveStream` on CUDA, through CubeCL's device thread of one device.
@@ -43,6 +53,8 @@ struct Shared {
     stream: Arc<CudaStream>,
     events: Mutex<StreamFork>,
     fault: Arc<FaultState>,
+    /// The buffers of unjoined work, held until `join` is queued.
+    unjoined: Mutex<Vec<Handle>>,
 }
 
 fn driver(what: &'static str) -> impl Fn(DriverError) -> LowpError {
@@ -62,6 +74,7 @@ impl CubeclStream {
                 stream,
                 events: Mutex::new(events),
                 fault,
+                unjoined: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -69,10 +82,34 @@ impl CubeclStream {
 
 impl CollectiveStream for CubeclStream {
     fn submit(&self, buffers: Vec<Handle>, work: CollectiveWork) -> Result<()> {
+        self.queue(buffers, move |shared, resolved| shared.run(resolved, work, true))
+    }
+
+    fn submit_unjoined(&self, buffers: Vec<Handle>, work: CollectiveWork) -> Result<()> {
+        self.shared.fault.check()?;
+        lock(&self.shared.unjoined).extend(buffers.iter().cloned());
+        self.queue(buffers, move |shared, resolved| shared.run(resolved, work, false))
+    }
+
+    fn join(&self) -> Result<()> {
+        let held = std::mem::take(&mut *lock(&self.shared.unjoined));
+        // The held buffers go with the task: dropped once CubeCL's stream waits for ours.
+        self.queue(held, |shared, resolved| shared.join(resolved))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CubeclStream {
+    /// Runs `task` on CubeCL's device thread with the stream of the calling thread's CubeCL work
+    /// and `buffers`' pointers; a failure there raises the rank's fault state.
+    fn queue(&self, buffers: Vec<Handle>, task: impl FnOnce(&Shared, Result<(cuda::CUstream, Vec<u64>)>) -> Result<()> + Send + 'static) -> Result<()> {
         self.shared.fault.check()?;
         let shared = self.shared.clone();
         on_cubecl_stream(shared.device, buffers, move |resolved| {
-            let run = || shared.run(resolved, work);
+            let run = || task(&shared, resolved);
             let failure = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                 Ok(Ok(())) => return,
                 Ok(Err(e)) => e.to_string(),
@@ -85,17 +122,29 @@ impl CollectiveStream for CubeclStream {
 }
 
 impl Shared {
-    fn run(&self, resolved: Result<(cuda::CUstream, Vec<u64>)>, work: CollectiveWork) -> Result<()> {
+    /// Queues `work` on our stream after CubeCL's, and CubeCL's after it when `join`.
+    fn run(&self, resolved: Result<(cuda::CUstream, Vec<u64>)>, work: CollectiveWork, join: bool) -> Result<()> {
         let (cubecl, pointers) = resolved?;
         self.ctx.bind_to_thread().map_err(driver("bind the device's context"))?;
         let ours = self.stream.cu_stream();
-        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let events = lock(&self.events);
         events.fork(cubecl, ours).map_err(driver("order the collective stream after CubeCL's"))?;
         let queued = work(ours, &pointers);
+        if !join {
+            return queued;
+        }
         // Joined even when the work failed part way: what it did queue must finish before
         // CubeCL's stream goes on.
         let joined = events.join(ours, cubecl).map_err(driver("order CubeCL's stream after the collective"));
         queued.and(joined)
+    }
+
+    /// Orders CubeCL's stream after everything queued on ours.
+    fn join(&self, resolved: Result<(cuda::CUstream, Vec<u64>)>) -> Result<()> {
+        let (cubecl, _) = resolved?;
+        self.ctx.bind_to_thread().map_err(driver("bind the device's context"))?;
+        let events = lock(&self.events);
+        events.join(self.stream.cu_stream(), cubecl).map_err(driver("order CubeCL's stream after the collectives"))
     }
 }
 

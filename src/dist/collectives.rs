@@ -64,6 +64,27 @@ impl Collectives {
         )
     }
 
+    /// `all_reduce` that leaves CubeCL's stream free to go on (`CollectiveStream::submit_unjoined`):
+    /// `recv` must not be used on CubeCL before `join`.
+    pub fn all_reduce_unjoined(&self, send: &Handle, recv: &Handle, count: usize, dtype: ReduceDtype, op: ReduceOp) -> Result<()> {
+        let bytes = count
+            .checked_mul(dtype.size())
+            .ok_or_else(|| LowpError::invalid("all-reduce count", count, "overflows"))?;
+        check_holds("all-reduce input", send, bytes)?;
+        check_holds("all-reduce output", recv, bytes)?;
+        let comm = self.comm.clone();
+        self.stream.submit_unjoined(
+            vec![send.clone(), recv.clone()],
+            Box::new(move |stream, ptrs| unsafe { comm.all_reduce(stream, ptrs[0], ptrs[1], count, dtype, op) }),
+        )
+    }
+
+    /// Orders the calling thread's next CubeCL work after every collective queued on this
+    /// stream so far (the unjoined ones included). Does not wait.
+    pub fn join(&self) -> Result<()> {
+        self.stream.join()
+    }
+
     /// All-gather of `bytes_per_rank` bytes from every rank into `recv`, in rank order: the
     /// token counts per expert before a dispatch (`AllToAllSplits::dispatch` takes the result).
     pub fn all_gather(&self, send: &Handle, recv: &Handle, bytes_per_rank: usize) -> Result<()> {

@@ -3,9 +3,11 @@
 //!
 //! Megatron's DDP starts a bucket's all-reduce while backward still runs, from per-parameter
 //! hooks that fire as each gradient is produced. Burn 0.21 has no such hook: `backward()` runs
-//! the whole graph and returns the gradients together, so nothing can be issued before it
-//! returns. The reduction therefore runs after backward (after gradient accumulation over
-//! micro-batches, once a step), in as few calls as the bucket cap allows: each bucket is the
+//! the whole graph and returns the gradients together. The layers' weights get one from the
+//! gradient tap they pass through (`ops::grad_tap`), and `overlapped_reduce` reduces them during
+//! backward; this file reduces what is left after backward (or everything, without the
+//! overlap): after gradient accumulation over micro-batches, once a step, in as few calls as the
+//! bucket cap allows: each bucket is the
 //! gradients of consecutive parameters (in the module's visiting order, the same on every rank),
 //! cast to the reduction's dtype, flattened and concatenated; one all-reduce (average) of the
 //! bucket; then sliced back into the parameters' shapes and dtypes. A parameter that got no
@@ -35,6 +37,18 @@ pub enum ReduceOp {
 /// rank calls it with the same length and dtype, in the same order.
 pub trait TensorAllReduce<B: Backend> {
     fn all_reduce(&self, tensor: Tensor<B, 1>, op: ReduceOp) -> Result<Tensor<B, 1>>;
+
+    /// `all_reduce` whose result may still be in flight when it returns, while the caller's
+    /// next device work goes on beside it (overlap): the result must not be used before `join`.
+    /// By default the plain all-reduce.
+    fn all_reduce_unjoined(&self, tensor: Tensor<B, 1>, op: ReduceOp) -> Result<Tensor<B, 1>> {
+        self.all_reduce(tensor, op)
+    }
+
+    /// After it, the results of every `all_reduce_unjoined` before it may be used.
+    fn join(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Elements of one gradient bucket at most: 128 Mi elements, 512 MiB in FP32. The bucket is a
@@ -120,18 +134,29 @@ fn take_flat<B: Backend>(grads: &mut GradientsParams, slot: &ParamSlot, dtype: D
 }
 
 fn put_back<B: Backend>(grads: &mut GradientsParams, slot: &ParamSlot, flat: Tensor<B, 1>) {
-    fn put<B: Backend, const D: usize>(grads: &mut GradientsParams, id: ParamId, flat: Tensor<B, 1>, shape: &[usize]) {
+    // Taken out before: there is no gradient of the parameter left in `grads`.
+    let _ = register_flat(grads, slot.id, &slot.shape, flat);
+}
+
+/// Registers `flat` in `shape` as parameter `id`'s gradient; `false` (and nothing registered)
+/// if `grads` already holds one or the rank is not 1 to 6.
+pub(crate) fn register_flat<B: Backend>(grads: &mut GradientsParams, id: ParamId, shape: &[usize], flat: Tensor<B, 1>) -> bool {
+    fn put<B: Backend, const D: usize>(grads: &mut GradientsParams, id: ParamId, flat: Tensor<B, 1>, shape: &[usize]) -> bool {
+        if grads.get::<B, D>(id).is_some() {
+            return false;
+        }
         let dims: [usize; D] = shape.try_into().expect("the parameter's rank");
         grads.register::<B, D>(id, flat.reshape(dims));
+        true
     }
-    match slot.shape.len() {
-        1 => put::<B, 1>(grads, slot.id, flat, &slot.shape),
-        2 => put::<B, 2>(grads, slot.id, flat, &slot.shape),
-        3 => put::<B, 3>(grads, slot.id, flat, &slot.shape),
-        4 => put::<B, 4>(grads, slot.id, flat, &slot.shape),
-        5 => put::<B, 5>(grads, slot.id, flat, &slot.shape),
-        6 => put::<B, 6>(grads, slot.id, flat, &slot.shape),
-        _ => {}
+    match shape.len() {
+        1 => put::<B, 1>(grads, id, flat, shape),
+        2 => put::<B, 2>(grads, id, flat, shape),
+        3 => put::<B, 3>(grads, id, flat, shape),
+        4 => put::<B, 4>(grads, id, flat, shape),
+        5 => put::<B, 5>(grads, id, flat, shape),
+        6 => put::<B, 6>(grads, id, flat, shape),
+        _ => false,
     }
 }
 

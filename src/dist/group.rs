@@ -129,16 +129,27 @@ impl ProcessGroup {
                 GroupSource::Own { id_index, size, rank } => Communicator::init(name, ids.get(id_index), rank, size, &res),
             }
         };
-        let ep = group("expert-parallel", layout.ep_source(rank)?)?;
+        let ep_source = layout.ep_source(rank)?;
+        let ep_is_world = matches!(ep_source, GroupSource::World);
+        let ep = group("expert-parallel", ep_source)?;
         let edp = group("expert-data-parallel", layout.expert_dp_source(rank)?)?;
-        let stream: Arc<dyn CollectiveStream> = Arc::new(CubeclStream::new(device, ctx, fault.clone())?);
+        // Two streams: the gradient reductions (world, expert-data-parallel) may run unjoined
+        // beside backward (`OverlappedGradReduce`); the token exchange, which backward waits
+        // for, must not queue behind them. But one communicator keeps one stream: where the
+        // expert-parallel group is the world, the exchange shares the reductions' stream (one
+        // communicator's operations must not run concurrently; its own order serializes them).
+        let reductions: Arc<dyn CollectiveStream> = Arc::new(CubeclStream::new(device, ctx.clone(), fault.clone())?);
+        let exchange: Arc<dyn CollectiveStream> = match ep_is_world {
+            true => reductions.clone(),
+            false => Arc::new(CubeclStream::new(device, ctx, fault.clone())?),
+        };
         Ok(ProcessGroup {
             layout,
             nccl_version,
             device,
-            world: Collectives::new(world, stream.clone()),
-            expert_parallel: Collectives::new(ep, stream.clone()),
-            expert_data_parallel: Collectives::new(edp, stream),
+            world: Collectives::new(world, reductions.clone()),
+            expert_parallel: Collectives::new(ep, exchange),
+            expert_data_parallel: Collectives::new(edp, reductions),
             fault,
             liveness: Some(liveness),
             _watchdog: watchdog,

@@ -13,6 +13,8 @@
 //!   `all_to_all_op`, the exchange made differentiable (backward: the transposed exchange);
 //! * `grad_reduce`: data parallelism's gradient averaging in buckets over flat buffers, written
 //!   against `TensorAllReduce` (NCCL on CubeCL tensors: `tensor_collectives`);
+//! * `overlapped_reduce`: the same reduction started as backward produces each weight's
+//!   gradient (the layers' gradient tap, `ops::grad_tap`), joined after backward;
 //! * `nccl_version`: the NCCL version rule (at least 2.18);
 //! * behind the `nccl` feature: `nccl` (the communicator over cudarc's NCCL bindings),
 //!   `collective_stream` (collectives on a stream of ours ordered against CubeCL's without a
@@ -30,6 +32,7 @@ pub mod grad_reduce;
 pub mod launcher;
 pub mod liveness;
 pub mod nccl_version;
+pub mod overlapped_reduce;
 pub mod rendezvous;
 pub mod split;
 pub mod token_exchange;
@@ -50,6 +53,7 @@ pub mod tensor_collectives;
 
 pub use env::LaunchEnv;
 pub use fault::FaultState;
+pub use overlapped_reduce::OverlappedGradReduce;
 pub use grad_reduce::{reduce_gradients, reduce_gradients_in, GradReduceOptions, ReduceOp, ReduceScope, TensorAllReduce};
 pub use rendezvous::Fingerprint;
 pub use all_to_all_op::DifferentiableAllToAll;

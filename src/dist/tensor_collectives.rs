@@ -9,6 +9,7 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, FloatElement, IntElement};
 use burn_lowp_kernels::cubecl::cuda::CudaRuntime;
+use burn_lowp_kernels::cubecl::server::Handle;
 
 use super::collectives::Collectives;
 use super::grad_reduce::{ReduceOp, TensorAllReduce};
@@ -21,19 +22,35 @@ type Cuda<F, I, BT> = CubeBackend<CudaRuntime, F, I, BT>;
 
 impl<F: FloatElement, I: IntElement, BT: BoolElement> TensorAllReduce<Cuda<F, I, BT>> for Collectives {
     fn all_reduce(&self, tensor: Tensor<Cuda<F, I, BT>, 1>, op: ReduceOp) -> Result<Tensor<Cuda<F, I, BT>, 1>> {
-        let input: CubeTensor<CudaRuntime> = into_contiguous(tensor.into_primitive().tensor());
-        let dtype = match input.dtype {
-            DType::F32 => ReduceDtype::F32,
-            DType::BF16 => ReduceDtype::Bf16,
-            other => return Err(LowpError::invalid("all-reduce dtype", format!("{other:?}"), "must be F32 or BF16")),
-        };
-        let count = input.meta.shape().num_elements();
-        // A fresh output: the input's buffer may be shared (a view, a kept copy).
-        let output = input.client.empty(count * dtype.size());
-        Collectives::all_reduce(self, &input.handle, &output, count, dtype, op)?;
-        let out = CubeTensor::new_contiguous(input.client.clone(), input.device.clone(), input.meta.shape().clone(), output, input.dtype);
-        Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
+        all_reduce_tensor(tensor, |send, recv, count, dtype| Collectives::all_reduce(self, send, recv, count, dtype, op))
     }
+
+    fn all_reduce_unjoined(&self, tensor: Tensor<Cuda<F, I, BT>, 1>, op: ReduceOp) -> Result<Tensor<Cuda<F, I, BT>, 1>> {
+        all_reduce_tensor(tensor, |send, recv, count, dtype| Collectives::all_reduce_unjoined(self, send, recv, count, dtype, op))
+    }
+
+    fn join(&self) -> Result<()> {
+        Collectives::join(self)
+    }
+}
+
+/// `reduce(send, recv, count, dtype)` from `tensor`'s buffer into a fresh one, as a tensor.
+fn all_reduce_tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
+    tensor: Tensor<Cuda<F, I, BT>, 1>,
+    reduce: impl FnOnce(&Handle, &Handle, usize, ReduceDtype) -> Result<()>,
+) -> Result<Tensor<Cuda<F, I, BT>, 1>> {
+    let input: CubeTensor<CudaRuntime> = into_contiguous(tensor.into_primitive().tensor());
+    let dtype = match input.dtype {
+        DType::F32 => ReduceDtype::F32,
+        DType::BF16 => ReduceDtype::Bf16,
+        other => return Err(LowpError::invalid("all-reduce dtype", format!("{other:?}"), "must be F32 or BF16")),
+    };
+    let count = input.meta.shape().num_elements();
+    // A fresh output: the input's buffer may be shared (a view, a kept copy).
+    let output = input.client.empty(count * dtype.size());
+    reduce(&input.handle, &output, count, dtype)?;
+    let out = CubeTensor::new_contiguous(input.client.clone(), input.device.clone(), input.meta.shape().clone(), output, input.dtype);
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }
 
 /// A buffer of at least `bytes` bytes (one element's worth when empty: an exchange may leave a
