@@ -20,6 +20,10 @@
 # 2c. resume: stopped after 10 steps and resumed, the losses equal an uninterrupted run's bit for
 #    bit (the same world size; cuBLASLt's heuristic algorithms in all three runs), data parallel
 #    and expert parallel (ep-check.json: the checkpoint sharded by EP rank);
+# 2d. the gradient reduction overlapped with backward (train.overlap_grad_reduce, the default) gives
+#    the losses of the reduction after backward bit for bit: dp-check.json and ep-check.json with
+#    2 micro-batches (the overlap sums the first one's gradients and reduces in the second's
+#    backward), bf16 and delayed scaling, cuBLASLt's heuristic algorithms in both runs;
 # 3. a killed rank: rank 1 killed (SIGKILL) mid-run; rank 0 must end with its own error and the
 #    launcher with a failure within 60 s (LOWP_DIST_TIMEOUT=30), and rank 0 must write no summary;
 # 4. tokens/s of 1 and 2 GPUs, configs/moe-fine-grained.json and configs/moe-1.9b.json, 35 steps
@@ -88,6 +92,27 @@ for check in dp ep; do for recipe in bf16 delayed_scaling; do
     fail "$label: the losses differ from the uninterrupted run's, first at step $first"
   fi
 done; done
+
+# --- 2d. overlapped reduction = reduction after backward, bit for bit ---------------------------
+for check in dp ep; do
+  for overlap in True False; do
+    python3 -c "import json; c=json.load(open('benches/dist/$check-check.json')); c['train'].update(micro_batches=2, overlap_grad_reduce=$overlap); json.dump(c, open('$OUT/$check-micro2-$overlap.json', 'w'))"
+  done
+  for recipe in bf16 delayed_scaling; do
+    label="overlapped reduction = after backward, $check, $recipe"
+    for overlap in True False; do
+      LOWP_GEMM_AUTOTUNE=0 timeout 240 "$BIN" --nproc-per-node 2 --config "$OUT/$check-micro2-$overlap.json" --recipe "recipes/$recipe.json" \
+        --no-checkpoint --quiet --out "$OUT/overlap-$check-$recipe-$overlap" >"$OUT/overlap-$check-$recipe-$overlap.log" 2>&1 \
+        || fail "$label: the run with overlap_grad_reduce $overlap failed (see $OUT/overlap-$check-$recipe-$overlap.log)"
+    done
+    a="$OUT/overlap-$check-$recipe-True/$recipe/metrics.jsonl" b="$OUT/overlap-$check-$recipe-False/$recipe/metrics.jsonl"
+    if [ -s "$a" ] && cmp -s <(losses "$a") <(losses "$b"); then
+      pass "$label: all $(losses "$a" | wc -l) losses equal bit for bit (2 micro-batches)"
+    elif [ -s "$a" ]; then
+      fail "$label: the losses differ"
+    fi
+  done
+done
 
 # --- 3. a killed rank ---------------------------------------------------------------------------
 kill_dir="$OUT/kill"

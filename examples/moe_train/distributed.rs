@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use burn_lowp::dist::{DifferentiableAllToAll, Fingerprint, GradReduceOptions, LaunchEnv, ProcessGroup, TokenAllToAll};
+use burn_lowp::dist::{DifferentiableAllToAll, Fingerprint, GradReduceOptions, LaunchEnv, ProcessGroup, TensorAllReduce, TokenAllToAll};
+use burn_lowp::ops::grad_tap::{GradientTap, ParamTap};
 use burn_lowp::error::LowpError;
 use burn_lowp_kernels::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_lowp_kernels::cubecl::Runtime;
@@ -14,7 +15,7 @@ use burn_lowp_kernels::cubecl::Runtime;
 use crate::args::MoeTrainArgs;
 use crate::command::{load_config, load_recipes, run_parallel};
 use crate::cuda::Backend;
-use crate::parallel::{DataParallel, ExpertParallel};
+use crate::parallel::{DataParallel, ExpertParallel, OverlapParts};
 
 /// Trains as the rank `env` names (WORLD_SIZE above 1).
 pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
@@ -41,6 +42,13 @@ pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
         exchange: &exchange as &dyn TokenAllToAll<Backend>,
         expert_reducer: &group.expert_data_parallel,
     });
+    let make_tap = |sink| Arc::new(GradientTap::<Inner>::new(sink)) as Arc<dyn ParamTap<Backend>>;
+    let overlap = config.train.overlap_grad_reduce.then(|| OverlapParts {
+        world: Arc::new(group.world.clone()) as Arc<dyn TensorAllReduce<Inner> + Send + Sync>,
+        experts: (group.layout.ep_size > 1)
+            .then(|| Arc::new(group.expert_data_parallel.clone()) as Arc<dyn TensorAllReduce<Inner> + Send + Sync>),
+        tap: &make_tap,
+    });
     let parallel = DataParallel {
         rank: group.rank(),
         world_size: group.world_size(),
@@ -51,6 +59,7 @@ pub fn train(args: &MoeTrainArgs, env: LaunchEnv) -> Result<(), LowpError> {
             ..GradReduceOptions::default()
         },
         expert_parallel,
+        overlap,
     };
     match run_parallel::<Backend>(args, &device, Some(&probe), Some(&parallel)) {
         Ok(_) => group.finish(),

@@ -1,9 +1,11 @@
 //! Data parallel training (several ranks, one GPU each; `--nproc-per-node N` or torchrun's
 //! variables, docs/multi-gpu.md): what the training loop does differently on a rank.
 //!
-//! Each rank trains on its shard of every micro-batch (`TrainConfig::rank_rows`); after backward
-//! the gradients are averaged over the ranks (`burn_lowp::dist::reduce_gradients`, in buckets
-//! after backward: Burn 0.21 has no per-parameter hook to start them during it); the delayed-
+//! Each rank trains on its shard of every micro-batch (`TrainConfig::rank_rows`); the gradients
+//! are averaged over the ranks: the layers' weights as backward produces them, beside the rest
+//! of backward (`train.overlap_grad_reduce`: `OverlappedGradReduce`, fed by the layers' gradient
+//! tap), the other parameters after backward in buckets (`burn_lowp::dist::reduce_gradients_in`);
+//! the delayed-
 //! scaling amaxes of the step are reduced with MAX in one call before the scales are updated
 //! (TE's `reduce_and_update_fp8_tensors`), and the routers' expert loads are summed, so that every
 //! rank updates the same scales and biases the one-GPU run of the global batch would; the logged
@@ -18,13 +20,20 @@
 //! the other gradients averaged over the world; the experts' delayed-scaling amaxes take their
 //! maximum over the expert-data-parallel group, the others over the world.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use burn::module::ParamId;
 use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Int, Tensor};
-use burn_lowp::dist::{reduce_gradients_in, GradReduceOptions, ParallelLayout, ReduceOp, ReduceScope, TensorAllReduce, TokenAllToAll};
+use burn_lowp::dist::{
+    reduce_gradients_in, GradReduceOptions, OverlappedGradReduce, ParallelLayout, ReduceOp, ReduceScope, TensorAllReduce, TokenAllToAll,
+};
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
 use burn_lowp::nn::LowpState;
+use burn_lowp::ops::grad_tap::{GradientSink, ParamTap};
 use burn_lowp::ops::LowpLinear;
 
 /// A rank of a data parallel run: the collectives over every rank, on the inner backend `IB`
@@ -38,6 +47,25 @@ pub struct DataParallel<'a, B: AutodiffBackend> {
     pub grad_reduce: GradReduceOptions,
     /// `None` when every rank holds every expert (ep = 1).
     pub expert_parallel: Option<ExpertParallel<'a, B>>,
+    /// The reduction overlapped with backward (`train.overlap_grad_reduce`); `None`: every
+    /// gradient is reduced after backward.
+    pub overlap: Option<OverlapParts<'a, B>>,
+}
+
+/// What the overlapped reduction is made of: the collectives, owned (the layers' gradient tap
+/// keeps them in the autodiff graph), and the tap of the concrete autodiff backend.
+pub struct OverlapParts<'a, B: AutodiffBackend> {
+    pub world: Arc<dyn TensorAllReduce<B::InnerBackend> + Send + Sync>,
+    /// The expert-data-parallel group's, under expert parallelism.
+    pub experts: Option<Arc<dyn TensorAllReduce<B::InnerBackend> + Send + Sync>>,
+    /// The gradient tap handing gradients to a sink (`ops::grad_tap::GradientTap` of `B`).
+    pub tap: &'a dyn Fn(GradientSink<B::InnerBackend>) -> Arc<dyn ParamTap<B>>,
+}
+
+/// A step's overlapped reduction: the reducer and the tap the layers' weights pass through.
+pub struct Overlap<B: AutodiffBackend> {
+    pub reduce: Arc<OverlappedGradReduce<B::InnerBackend>>,
+    pub tap: Arc<dyn ParamTap<B>>,
 }
 
 /// A rank's part in expert parallelism.
@@ -61,19 +89,38 @@ impl<B: AutodiffBackend> DataParallel<'_, B> {
         self.expert_parallel.as_ref().map(|ep| ep.exchange)
     }
 
-    /// The step's gradients averaged over the ranks: every gradient over the world without
-    /// expert parallelism; with it, the experts' summed over the expert-data-parallel group and
+    /// The overlapped reduction for `model` (its parameters as loaded), if the run asks for it.
+    pub fn overlap(&self, model: &MoeLm<B>) -> Option<Overlap<B>>
+    where
+        B: LowpLinear,
+    {
+        let parts = self.overlap.as_ref()?;
+        let mut reduce = OverlappedGradReduce::new(parts.world.clone(), self.grad_reduce);
+        if let (Some(ep), Some(experts)) = (&self.expert_parallel, &parts.experts) {
+            reduce = reduce.with_experts(model.expert_param_ids(), experts.clone(), ep.layout.grad_divisor());
+        }
+        let reduce = Arc::new(reduce);
+        let sink = reduce.clone();
+        let tap = (parts.tap)(Arc::new(move |id, grad| sink.take(id, grad)));
+        Some(Overlap { reduce, tap })
+    }
+
+    /// The step's gradients averaged over the ranks (but those in `reduced`, which the
+    /// overlapped reduction has averaged): every gradient over the world without expert
+    /// parallelism; with it, the experts' summed over the expert-data-parallel group and
     /// divided by the world size, the others averaged over the world.
-    pub fn reduce_gradients(&self, model: &MoeLm<B>, grads: GradientsParams) -> Result<GradientsParams, LowpError>
+    pub fn reduce_gradients(&self, model: &MoeLm<B>, grads: GradientsParams, reduced: &HashSet<ParamId>) -> Result<GradientsParams, LowpError>
     where
         B: LowpLinear,
     {
         let Some(ep) = &self.expert_parallel else {
-            return reduce_gradients_in::<B, _>(model, grads, self.reducer, self.grad_reduce, ReduceScope::ALL);
+            let rest = |id| !reduced.contains(&id);
+            let scope = ReduceScope { keep: Some(&rest), divisor: None };
+            return reduce_gradients_in::<B, _>(model, grads, self.reducer, self.grad_reduce, scope);
         };
         let experts = model.expert_param_ids();
-        let is_expert = |id| experts.contains(&id);
-        let is_dense = |id| !experts.contains(&id);
+        let is_expert = |id| experts.contains(&id) && !reduced.contains(&id);
+        let is_dense = |id| !experts.contains(&id) && !reduced.contains(&id);
         let grads = reduce_gradients_in::<B, _>(
             model,
             grads,

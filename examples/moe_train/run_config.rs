@@ -60,6 +60,11 @@ pub struct TrainConfig {
     /// bytes on the wire, each partial sum rounded to BF16).
     #[config(default = true)]
     pub grad_reduce_in_fp32: bool,
+    /// Data parallel runs: all-reduce each layer weight's gradient as soon as backward has it,
+    /// beside the rest of backward (Megatron's `overlap_grad_reduce`), in the step's last
+    /// micro-batch; else every gradient after backward. The same sums either way.
+    #[config(default = true)]
+    pub overlap_grad_reduce: bool,
     /// Ranks that share one copy of the experts (expert parallelism): each rank of a group of
     /// this many consecutive ranks holds `num_experts / expert_parallel_size` experts and the
     /// MoE layers exchange tokens over the group. It must divide the world size and

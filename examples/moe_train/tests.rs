@@ -10,6 +10,7 @@ use std::sync::Arc;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::Tensor;
 use burn_lowp::dist::{DifferentiableAllToAll, GradReduceOptions, LoopbackAllToAll, ParallelLayout, ReduceOp, TensorAllReduce};
+use burn_lowp::ops::grad_tap::{GradientSink, GradientTap, ParamTap};
 use clap::Parser;
 
 use crate::args::MoeTrainArgs;
@@ -18,7 +19,7 @@ use crate::data::Corpus;
 use crate::run_config::RunConfig;
 use crate::suite;
 use crate::summary::read_summaries;
-use crate::parallel::{DataParallel, ExpertParallel};
+use crate::parallel::{DataParallel, ExpertParallel, OverlapParts};
 use crate::train::{train, train_parallel, TrainRun};
 
 type AD = Autodiff<NdArray>;
@@ -164,6 +165,29 @@ impl TensorAllReduce<NdArray> for OneRank {
     }
 }
 
+/// `OneRank` counting the all-reduces queued unjoined (the overlapped reduction's).
+#[derive(Default)]
+struct CountingOneRank {
+    unjoined: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingOneRank {
+    fn unjoined(&self) -> usize {
+        self.unjoined.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl TensorAllReduce<NdArray> for CountingOneRank {
+    fn all_reduce(&self, tensor: Tensor<NdArray, 1>, _: ReduceOp) -> burn_lowp::error::Result<Tensor<NdArray, 1>> {
+        Ok(tensor)
+    }
+
+    fn all_reduce_unjoined(&self, tensor: Tensor<NdArray, 1>, op: ReduceOp) -> burn_lowp::error::Result<Tensor<NdArray, 1>> {
+        self.unjoined.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.all_reduce(tensor, op)
+    }
+}
+
 /// The training loop through the expert-parallel code (a one-rank EP group: the loopback
 /// exchange, the experts' and the other gradients reduced apart, the amaxes per group) trains as
 /// the plain loop does; and its checkpoint, sharded by EP rank, resumes it bit for bit.
@@ -187,6 +211,7 @@ fn training_through_the_expert_parallel_path_on_one_rank_equals_the_plain_run() 
             exchange: &exchange,
             expert_reducer: &OneRank,
         }),
+        overlap: None,
     };
     for name in ["bf16.json", "delayed_scaling.json"] {
         let recipe = suite::recipe(name);
@@ -234,6 +259,67 @@ fn training_through_the_expert_parallel_path_on_one_rank_equals_the_plain_run() 
     .unwrap_err()
     .to_string();
     assert!(err.contains("model.bin") && err.contains("expert parallelism"), "{err}");
+}
+
+/// The reduction overlapped with backward (the layers' weights through the gradient tap,
+/// summed over two micro-batches, reduced in the last one's backward, the rest after backward)
+/// trains exactly as the reduction after backward, with and without expert parallelism (one
+/// rank: the all-reduce is the identity, so what is tested is which gradient each parameter
+/// ends with, and that each is reduced once: `OverlappedGradReduce::finish` fails on a
+/// gradient both tapped and left in the graph).
+#[test]
+fn the_overlapped_gradient_reduction_trains_as_the_reduction_after_backward() {
+    let _seeded = seeded();
+    let device = Default::default();
+    let corpus = Corpus::built_in(1 << 16);
+    let config = tiny_config(4, 2, "softmax");
+    let exchange = DifferentiableAllToAll::<NdArray>::new(Arc::new(LoopbackAllToAll));
+    let check = || Ok(());
+    let make_tap = |sink: GradientSink<NdArray>| Arc::new(GradientTap::<NdArray>::new(sink)) as Arc<dyn ParamTap<AD>>;
+    let (world, experts) = (Arc::new(CountingOneRank::default()), Arc::new(CountingOneRank::default()));
+    let parallel = |expert_parallel: bool, overlap: bool| DataParallel::<AD> {
+        rank: 0,
+        world_size: 1,
+        reducer: &OneRank,
+        check: &check,
+        grad_reduce: GradReduceOptions::default(),
+        expert_parallel: expert_parallel.then(|| ExpertParallel {
+            layout: ParallelLayout::new(1, 1).unwrap(),
+            ep_rank: 0,
+            exchange: &exchange,
+            expert_reducer: &OneRank,
+        }),
+        overlap: overlap.then(|| OverlapParts {
+            world: world.clone(),
+            experts: expert_parallel.then(|| experts.clone() as Arc<dyn TensorAllReduce<NdArray> + Send + Sync>),
+            tap: &make_tap,
+        }),
+    };
+    let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for name in ["bf16.json", "delayed_scaling.json"] {
+        let recipe = suite::recipe(name);
+        for ep in [false, true] {
+            let out = tempfile::tempdir().unwrap();
+            let run = TrainRun {
+                checkpoints: false,
+                ..train_run(&config, &recipe, &corpus, out.path())
+            };
+            let after = train_parallel::<AD>(&run, &device, Some(&parallel(ep, false))).unwrap();
+            let (world_before, experts_before) = (world.unjoined(), experts.unjoined());
+            let overlapped = train_parallel::<AD>(&run, &device, Some(&parallel(ep, true))).unwrap();
+            // Five tapped weights (attention's qkv and proj, the LM head, the experts' fc1 and
+            // fc2), one reduction each a step whatever the micro-batches; the experts' over
+            // their own group under expert parallelism.
+            let (dense, expert) = (world.unjoined() - world_before, experts.unjoined() - experts_before);
+            let steps = config.train.steps;
+            match ep {
+                false => assert_eq!((dense, expert), (5 * steps, 0), "{name}: reductions in backward"),
+                true => assert_eq!((dense, expert), (3 * steps, 2 * steps), "{name}: reductions in backward"),
+            }
+            assert_eq!(bits(&overlapped.losses), bits(&after.losses), "{name}, expert parallel {ep}: losses");
+            assert_eq!(overlapped.eval_loss.to_bits(), after.eval_loss.to_bits(), "{name}, expert parallel {ep}: held-out loss");
+        }
+    }
 }
 
 /// A tiny model's training loss falls under every recipe file (40 steps of the built-in corpus);

@@ -7,6 +7,7 @@
 //! together every `log_every` steps: one synchronisation per interval, which also gives honest
 //! wall-clock throughput figures.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use burn_lowp::debug::{DebugConfig, DebugSession};
 use burn_lowp::dist::TokenAllToAll;
 use burn_lowp::error::LowpError;
 use burn_lowp::moe::MoeLm;
-use burn_lowp::ops::LowpLinear;
+use burn_lowp::ops::{grad_tap, LowpLinear};
 use burn_lowp::optim::FusedAdamWConfig;
 use burn_lowp::recipe::Recipe;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -271,6 +272,9 @@ where
     let profile_from = (first_step + HOST_PROFILE_SKIP_STEPS).min(last_step.saturating_sub(1));
     let mut profile: Option<HostProfile> = None;
 
+    // The layers' weights reduced as backward produces them (train.overlap_grad_reduce).
+    let overlap = parallel.and_then(|p| p.overlap(&model));
+
     for step in first_step..last_step {
         if step == profile_from {
             if let Some(dir) = &run.host_profile {
@@ -287,7 +291,13 @@ where
             let batch = run.corpus.batch_rows::<B>(train.seed, step, m, first_row, rank_rows, train.seq_len, device);
             let first = (micro > 1).then_some(m == 0);
             let phase = Instant::now();
+            // Installed for the forward: the graph keeps the tap for the backward.
+            let tapped = overlap.as_ref().map(|o| {
+                o.reduce.start_micro_batch(m, micro);
+                grad_tap::install::<B>(o.tap.clone())
+            });
             let out = model.forward_loss_with(batch.tokens, batch.targets, first, exchange)?;
+            drop(tapped);
             phases.forward.push(phase.elapsed().as_secs_f64());
             let phase = Instant::now();
             let grads = out.loss().div_scalar(micro as f64).backward();
@@ -309,7 +319,11 @@ where
         let mut grads = accumulator.grads();
         if let Some(parallel) = parallel {
             (parallel.check)()?;
-            grads = parallel.reduce_gradients(&model, grads)?;
+            let reduced = match &overlap {
+                Some(o) => o.reduce.finish(&mut grads)?,
+                None => HashSet::new(),
+            };
+            grads = parallel.reduce_gradients(&model, grads, &reduced)?;
             parallel.reduce_amaxes(&model)?;
             loads = parallel.sum_loads(loads)?;
         }
