@@ -46,8 +46,13 @@ fn all_reduce_tensor<F: FloatElement, I: IntElement, BT: BoolElement>(
         other => return Err(LowpError::invalid("all-reduce dtype", format!("{other:?}"), "must be F32 or BF16")),
     };
     let count = input.meta.shape().num_elements();
-    // A fresh output: the input's buffer may be shared (a view, a kept copy).
-    let output = input.client.empty(count * dtype.size());
+    // In place where the input's buffer is ours alone (a bucket, a cast copy: NCCL takes the
+    // same buffer as input and output), which halves what an unjoined reduction holds until
+    // its join; else a fresh output (a view, a buffer still used elsewhere).
+    let output = match input.can_mut() {
+        true => input.handle.clone(),
+        false => input.client.empty(count * dtype.size()),
+    };
     reduce(&input.handle, &output, count, dtype)?;
     let out = CubeTensor::new_contiguous(input.client.clone(), input.device.clone(), input.meta.shape().clone(), output, input.dtype);
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
