@@ -188,6 +188,25 @@ impl TensorAllReduce<NdArray> for CountingOneRank {
     }
 }
 
+/// A one-rank data parallel run (every all-reduce the identity): expert parallel over the
+/// loopback `exchange` when given, the reduction overlapped with backward when `overlap` is.
+fn one_rank<'a>(exchange: Option<&'a DifferentiableAllToAll<NdArray>>, overlap: Option<OverlapParts<'a, AD>>) -> DataParallel<'a, AD> {
+    DataParallel {
+        rank: 0,
+        world_size: 1,
+        reducer: &OneRank,
+        check: &|| Ok(()),
+        grad_reduce: GradReduceOptions::default(),
+        expert_parallel: exchange.map(|exchange| ExpertParallel {
+            layout: ParallelLayout::new(1, 1).unwrap(),
+            ep_rank: 0,
+            exchange,
+            expert_reducer: &OneRank,
+        }),
+        overlap,
+    }
+}
+
 /// The training loop through the expert-parallel code (a one-rank EP group: the loopback
 /// exchange, the experts' and the other gradients reduced apart, the amaxes per group) trains as
 /// the plain loop does; and its checkpoint, sharded by EP rank, resumes it bit for bit.
@@ -198,21 +217,7 @@ fn training_through_the_expert_parallel_path_on_one_rank_equals_the_plain_run() 
     let corpus = Corpus::built_in(1 << 16);
     let config = tiny_config(6, 2, "sigmoid");
     let exchange = DifferentiableAllToAll::<NdArray>::new(Arc::new(LoopbackAllToAll));
-    let check = || Ok(());
-    let parallel = DataParallel::<AD> {
-        rank: 0,
-        world_size: 1,
-        reducer: &OneRank,
-        check: &check,
-        grad_reduce: GradReduceOptions::default(),
-        expert_parallel: Some(ExpertParallel {
-            layout: ParallelLayout::new(1, 1).unwrap(),
-            ep_rank: 0,
-            exchange: &exchange,
-            expert_reducer: &OneRank,
-        }),
-        overlap: None,
-    };
+    let parallel = one_rank(Some(&exchange), None);
     for name in ["bf16.json", "delayed_scaling.json"] {
         let recipe = suite::recipe(name);
         let out = tempfile::tempdir().unwrap();
@@ -274,26 +279,15 @@ fn the_overlapped_gradient_reduction_trains_as_the_reduction_after_backward() {
     let corpus = Corpus::built_in(1 << 16);
     let config = tiny_config(4, 2, "softmax");
     let exchange = DifferentiableAllToAll::<NdArray>::new(Arc::new(LoopbackAllToAll));
-    let check = || Ok(());
     let make_tap = |sink: GradientSink<NdArray>| Arc::new(GradientTap::<NdArray>::new(sink)) as Arc<dyn ParamTap<AD>>;
     let (world, experts) = (Arc::new(CountingOneRank::default()), Arc::new(CountingOneRank::default()));
-    let parallel = |expert_parallel: bool, overlap: bool| DataParallel::<AD> {
-        rank: 0,
-        world_size: 1,
-        reducer: &OneRank,
-        check: &check,
-        grad_reduce: GradReduceOptions::default(),
-        expert_parallel: expert_parallel.then(|| ExpertParallel {
-            layout: ParallelLayout::new(1, 1).unwrap(),
-            ep_rank: 0,
-            exchange: &exchange,
-            expert_reducer: &OneRank,
-        }),
-        overlap: overlap.then(|| OverlapParts {
+    let parallel = |expert_parallel: bool, overlap: bool| {
+        let overlap = overlap.then(|| OverlapParts {
             world: world.clone(),
             experts: expert_parallel.then(|| experts.clone() as Arc<dyn TensorAllReduce<NdArray> + Send + Sync>),
             tap: &make_tap,
-        }),
+        });
+        one_rank(expert_parallel.then_some(&exchange), overlap)
     };
     let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for name in ["bf16.json", "delayed_scaling.json"] {
