@@ -321,9 +321,14 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
         }
     }
 
-    // The backend op against the reference, on f32 and bf16 scores of 4 blocks of seq 16.
-    let (seq, rows, scale) = (16, 64, 0.3f32);
-    for &dtype in dtypes {
+    // The backend op against the reference, on f32 and bf16 scores: 4 blocks of seq 16 and 2 of
+    // seq 168 (rows of whole 16-byte vectors: the vector kernels, several vectors a unit at 168),
+    // 3 blocks of seq 4 (f32 vectors, rows not filling the last cube; bf16 pairs).
+    let scale = 0.3f32;
+    for (seq, rows, &dtype) in [(16, 64), (168, 336), (4, 12)]
+        .into_iter()
+        .flat_map(|(seq, rows)| dtypes.iter().map(move |d| (seq, rows, d)))
+    {
         let x = HostMatrix::new("scores", rows, seq, dtype, values(rows * seq, 45, 3.0, dtype)).unwrap();
         let dp = HostMatrix::new("dp", rows, seq, dtype, values(rows * seq, 46, 1.0, dtype)).unwrap();
         let x = B::bytes_float_from_host(&x, device);
@@ -339,8 +344,8 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
             _ => (ulp(dtype), 1e-6),
         };
         let p = read_f32::<B>(p);
-        assert_close(&p, &read_f32::<B>(p_ref), rel, abs, &format!("{dtype:?} causal softmax"));
-        assert_close(&read_f32::<B>(dx), &read_f32::<B>(dx_ref), rel, abs, &format!("{dtype:?} causal softmax backward"));
+        assert_close(&p, &read_f32::<B>(p_ref), rel, abs, &format!("{dtype:?} seq {seq}: causal softmax"));
+        assert_close(&read_f32::<B>(dx), &read_f32::<B>(dx_ref), rel, abs, &format!("{dtype:?} seq {seq}: causal softmax backward"));
         for (r, row) in p.chunks_exact(seq).enumerate() {
             let visible = r % seq + 1;
             assert!(row[visible..].iter().all(|&v| v == 0.0), "{dtype:?} row {r}: masked keys get 0");

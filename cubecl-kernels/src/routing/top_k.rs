@@ -1,13 +1,23 @@
 //! The router's top-k choice: one unit per token; round j picks the largest score not yet
 //! picked, ties to the lower expert (as k rounds of argmax with the picked ones masked out).
+//!
+//! The picks run down one total order (score descending, then expert ascending), so "not yet
+//! picked" is "ranked below the previous pick": each round compares against the previous pick
+//! alone instead of searching the picks so far (k² · E index reads a token before), and reads the
+//! row from cache. Launched in cubes of `TOP_K_UNITS`: 8,192 tokens in 256-unit cubes had filled
+//! 32 of an H200's 132 SMs (135 µs a layer, 2026-11-28 trace). Scores with a NaN have no order;
+//! their picks are unspecified (as before).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::routing::{too_large, ROUTE_UNITS};
+use crate::routing::too_large;
 use crate::util::buffers::arg;
 use crate::util::error::KernelError;
 use crate::util::grid::linear_cubes;
+
+/// Units (tokens) per cube.
+pub const TOP_K_UNITS: usize = 64;
 
 /// `index [tokens, k]`: the k largest of each row of `scores [tokens, experts]`, largest first.
 #[cube(launch_unchecked)]
@@ -21,25 +31,26 @@ pub fn top_k_kernel(
     let t = ABSOLUTE_POS;
     if t < tokens {
         let base = t * experts;
+        let mut previous = 0usize;
+        let mut previous_value = 0.0f32;
         for j in 0..k {
             let mut best = 0usize;
             let mut best_value = 0.0f32;
             let mut found = false;
             for e in 0..experts {
-                let mut taken = false;
-                for i in 0..j {
-                    if usize::cast_from(index[t * k + i]) == e {
-                        taken = true;
-                    }
-                }
                 let v = scores[base + e];
-                if !taken && (!found || v > best_value) {
+                // Ranked below the previous pick: a smaller score, or an equal one at a higher
+                // expert (the previous pick took the lowest of its ties).
+                let below = j == 0 || v < previous_value || (v == previous_value && e > previous);
+                if below && (!found || v > best_value) {
                     best = e;
                     best_value = v;
                     found = true;
                 }
             }
             index[t * k + j] = i32::cast_from(best);
+            previous = best;
+            previous_value = best_value;
         }
     }
 }
@@ -63,8 +74,8 @@ pub fn top_k<R: Runtime>(
         unsafe {
             top_k_kernel::launch_unchecked::<R>(
                 client,
-                linear_cubes(client, tokens.div_ceil(ROUTE_UNITS)),
-                CubeDim::new_1d(ROUTE_UNITS as u32),
+                linear_cubes(client, tokens.div_ceil(TOP_K_UNITS)),
+                CubeDim::new_1d(TOP_K_UNITS as u32),
                 arg(scores, tokens * experts),
                 arg(&out, tokens * k),
                 tokens,
