@@ -540,14 +540,15 @@ pub fn check_causal_self_attention_against_unfused<B: LowpBackend>(device: &B::D
 /// a layout the tensors do not have, and rotated parts without frequencies, are errors.
 pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes: &[InputDtype]) {
     use burn_lowp::ops::attention_op::{merge_heads_reference, split_heads_reference, HeadLayout};
-    let (batch, seq, heads, head, max_seq) = (2, 5, 3, 6, 8);
-    let rope = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<B>(device);
-    let freq = rope.freq_complex.clone().into_primitive().tensor();
+    let (batch, seq, heads, max_seq) = (2, 5, 3, 8);
     let bits = |t: FloatTensor<B>| read_f32::<B>(t).into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    for &dtype in dtypes {
+    // Heads of 6 (the pair kernels) and 8 (whole 16-byte vectors in bf16 and f32: the vector kernels).
+    for (head, &dtype) in [6, 8].into_iter().flat_map(|head| dtypes.iter().map(move |d| (head, d))) {
+        let rope = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<B>(device);
+        let freq = rope.freq_complex.clone().into_primitive().tensor();
         for (parts, rope_parts) in [(3, 2), (1, 0), (2, 1), (3, 0)] {
             let layout = HeadLayout { batch, seq, heads, head, parts, rope_parts };
-            let what = format!("{dtype:?} {parts} parts, {rope_parts} rotated");
+            let what = format!("{dtype:?} head {head}, {parts} parts, {rope_parts} rotated");
             let cols = parts * heads * head;
             let m = HostMatrix::new("rows", batch * seq, cols, dtype, values(batch * seq * cols, 61, 1.0, dtype)).unwrap();
             let x = B::bytes_float_from_host(&m, device);
@@ -565,6 +566,8 @@ pub fn check_heads_against_reference<B: LowpBackend>(device: &B::Device, dtypes:
         }
     }
     // Errors, not panics: rows of another width, rotated parts without the table, 4 parts.
+    let head = 6;
+    let freq = burn::nn::RotaryEncodingConfig::new(max_seq, head).init::<B>(device).freq_complex.into_primitive().tensor();
     let layout = HeadLayout { batch, seq, heads, head, parts: 3, rope_parts: 2 };
     let m = HostMatrix::new("rows", batch * seq, 3 * heads * head + 2, InputDtype::F32, vec![0.5; batch * seq * (3 * heads * head + 2)]).unwrap();
     assert!(B::attention_split_heads(B::bytes_float_from_host(&m, device), Some(freq.clone()), layout).is_err());

@@ -12,19 +12,24 @@
 //!   layout (one part, no rotation).
 //!
 //! One unit moves one element pair; rotated parts compute in f32 and round to the dtype once,
-//! the others are copied word for word.
+//! the others are copied word for word. Where a head is whole 16-byte vectors (bf16 `head % 8 ==
+//! 0`, f32 `head % 4 == 0`: every model shape) a unit moves one vector instead (four bf16 pairs,
+//! two f32 pairs), the same values bit for bit with a quarter of the index arithmetic a byte: the
+//! pair kernels moved `[8192, 3 · 2048]` bf16 at about 1.9 TB/s on an H200 (2026-11-28).
 
 use crate::attention::rope::rotate_pair;
 use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
-use crate::util::pairs::{load_pair, store_pair};
+use crate::util::pairs::{load_pair, pair_word, store_pair, word_pair};
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 /// Units per cube.
 pub const HEADS_UNITS: usize = 256;
+/// Words of a vector (16 bytes).
+const VECTOR_WORDS: usize = 4;
 
 /// Where unit `pair` of a split or merge works: its part p, its pair r within the part
 /// (elements `2r, 2r + 1` of the part's `[batch · heads, seq, head]` layout), the pair's element
@@ -127,6 +132,21 @@ impl HeadLayout {
         }
     }
 
+    /// 16-byte vectors a head holds, where a head is whole vectors (the vector kernels).
+    fn head_vectors(&self, kind: ElemKind) -> Option<usize> {
+        let bytes = self.head * kind.bytes();
+        (bytes % (VECTOR_WORDS * 4) == 0).then_some(bytes / (VECTOR_WORDS * 4))
+    }
+
+    fn vectors_per_part(&self, head_vectors: usize) -> usize {
+        self.batch * self.seq * self.heads * head_vectors
+    }
+
+    fn vector_cubes<R: Runtime>(&self, client: &ComputeClient<R>, head_vectors: usize) -> CubeCount {
+        let units = self.vectors_per_part(head_vectors) * self.parts;
+        cubecl::server::CubeCountSelection::new(client, units.div_ceil(HEADS_UNITS).max(1) as u32).cube_count()
+    }
+
     fn cubes<R: Runtime>(&self, client: &ComputeClient<R>) -> CubeCount {
         let units = self.pairs_per_part() * self.parts;
         cubecl::server::CubeCountSelection::new(client, units.div_ceil(HEADS_UNITS).max(1) as u32).cube_count()
@@ -182,6 +202,34 @@ pub fn split_heads<R: Runtime>(
         None => arg(&client.empty(4), 1),
     };
     let freq_arg = layout.freq_arg(client, freq);
+    if let Some(head_vectors) = layout.head_vectors(kind) {
+        let vector_out = |p: usize| match outs.get(p) {
+            Some(h) => arg(h, part_words),
+            None => arg(&client.empty(16), 4),
+        };
+        unsafe {
+            split_heads_vector_kernel::launch_unchecked::<R>(
+                client,
+                layout.vector_cubes(client, head_vectors),
+                CubeDim::new_1d(HEADS_UNITS as u32),
+                VECTOR_WORDS,
+                arg(x, part_words * layout.parts),
+                freq_arg,
+                vector_out(0),
+                vector_out(1),
+                vector_out(2),
+                layout.vectors_per_part(head_vectors),
+                layout.parts,
+                layout.rope_parts,
+                layout.heads,
+                layout.seq,
+                head_vectors,
+                layout.head / 2,
+                kind,
+            )
+        };
+        return Ok(outs);
+    }
     unsafe {
         split_heads_kernel::launch_unchecked::<R>(
             client,
@@ -257,6 +305,34 @@ pub fn merge_heads<R: Runtime>(
         None => arg(&client.empty(4), 1),
     };
     let freq_arg = layout.freq_arg(client, freq);
+    if let Some(head_vectors) = layout.head_vectors(kind) {
+        let vector_input = |p: usize| match parts.get(p) {
+            Some(h) => arg(h, part_words),
+            None => arg(&client.empty(16), 4),
+        };
+        unsafe {
+            merge_heads_vector_kernel::launch_unchecked::<R>(
+                client,
+                layout.vector_cubes(client, head_vectors),
+                CubeDim::new_1d(HEADS_UNITS as u32),
+                VECTOR_WORDS,
+                vector_input(0),
+                vector_input(1),
+                vector_input(2),
+                freq_arg,
+                arg(&out, part_words * layout.parts),
+                layout.vectors_per_part(head_vectors),
+                layout.parts,
+                layout.rope_parts,
+                layout.heads,
+                layout.seq,
+                head_vectors,
+                layout.head / 2,
+                kind,
+            )
+        };
+        return Ok(out);
+    }
     unsafe {
         merge_heads_kernel::launch_unchecked::<R>(
             client,
@@ -277,4 +353,137 @@ pub fn merge_heads<R: Runtime>(
         )
     };
     Ok(out)
+}
+
+/// `place` for the vector kernels: unit `q`'s part p, its vector r within the part, the vector's
+/// index in the token rows, and the frequency entry of its first pair (the next pairs' follow
+/// 4 floats apart).
+#[cube]
+fn place_vector(
+    q: usize,
+    vectors_per_part: usize,
+    parts: usize,
+    heads: usize,
+    seq: usize,
+    head_vectors: usize,
+    half: usize,
+    #[comptime] pairs_per_vector: usize,
+) -> (usize, usize, usize, usize) {
+    let p = q / vectors_per_part;
+    let r = q % vectors_per_part;
+    let dv = r % head_vectors;
+    let t = r / head_vectors;
+    let s = t % seq;
+    let bh = t / seq;
+    let h = bh % heads;
+    let b = bh / heads;
+    let row = (((b * seq + s) * parts + p) * heads + h) * head_vectors + dv;
+    (p, r, row, (s * half + dv * pairs_per_vector) * 4)
+}
+
+/// `move_pair` for a vector: the vector at `from` of `input` to `to` of `out`, each pair rotated
+/// when `rotate` (frequencies from entry `f`), word for word otherwise.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn move_vector<N: Size>(
+    input: &Array<Vector<u32, N>>,
+    from: usize,
+    out: &mut Array<Vector<u32, N>>,
+    to: usize,
+    rotate: bool,
+    freq: &Array<f32>,
+    f: usize,
+    #[comptime] kind: ElemKind,
+    #[comptime] inverse: bool,
+) {
+    let words = input[from];
+    if rotate {
+        let mut packed = Vector::<u32, N>::empty();
+        if comptime![kind == ElemKind::F32] {
+            #[unroll]
+            for i in 0..2usize {
+                let a = f32::reinterpret(words[2 * i]);
+                let b = f32::reinterpret(words[2 * i + 1]);
+                let (ya, yb) = rotate_pair(a, b, freq, f + 4 * i, inverse);
+                packed[2 * i] = u32::reinterpret(ya);
+                packed[2 * i + 1] = u32::reinterpret(yb);
+            }
+        } else {
+            #[unroll]
+            for w in 0..VECTOR_WORDS {
+                let (a, b) = word_pair(words[w], kind);
+                let (ya, yb) = rotate_pair(a, b, freq, f + 4 * w, inverse);
+                packed[w] = pair_word(ya, yb, kind);
+            }
+        }
+        out[to] = packed;
+    } else {
+        out[to] = words;
+    }
+}
+
+/// `split_heads_kernel` moving one 16-byte vector a unit (`head_vectors` a head).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn split_heads_vector_kernel<N: Size>(
+    x: &Array<Vector<u32, N>>,
+    freq: &Array<f32>,
+    out0: &mut Array<Vector<u32, N>>,
+    out1: &mut Array<Vector<u32, N>>,
+    out2: &mut Array<Vector<u32, N>>,
+    vectors_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    head_vectors: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let q = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if q < vectors_per_part * parts {
+        let pairs_per_vector = comptime![VECTOR_WORDS * 2 / kind.bytes()];
+        let (p, r, from, f) = place_vector(q, vectors_per_part, parts, heads, seq, head_vectors, half, pairs_per_vector);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_vector::<N>(x, from, out0, r, rotate, freq, f, kind, false);
+        } else if p == 1 {
+            move_vector::<N>(x, from, out1, r, rotate, freq, f, kind, false);
+        } else {
+            move_vector::<N>(x, from, out2, r, rotate, freq, f, kind, false);
+        }
+    }
+}
+
+/// `merge_heads_kernel` moving one 16-byte vector a unit.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn merge_heads_vector_kernel<N: Size>(
+    in0: &Array<Vector<u32, N>>,
+    in1: &Array<Vector<u32, N>>,
+    in2: &Array<Vector<u32, N>>,
+    freq: &Array<f32>,
+    out: &mut Array<Vector<u32, N>>,
+    vectors_per_part: usize,
+    parts: usize,
+    rope_parts: usize,
+    heads: usize,
+    seq: usize,
+    head_vectors: usize,
+    half: usize,
+    #[comptime] kind: ElemKind,
+) {
+    let q = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
+    if q < vectors_per_part * parts {
+        let pairs_per_vector = comptime![VECTOR_WORDS * 2 / kind.bytes()];
+        let (p, r, to, f) = place_vector(q, vectors_per_part, parts, heads, seq, head_vectors, half, pairs_per_vector);
+        let rotate = p < rope_parts;
+        if p == 0 {
+            move_vector::<N>(in0, r, out, to, rotate, freq, f, kind, true);
+        } else if p == 1 {
+            move_vector::<N>(in1, r, out, to, rotate, freq, f, kind, true);
+        } else {
+            move_vector::<N>(in2, r, out, to, rotate, freq, f, kind, true);
+        }
+    }
 }
