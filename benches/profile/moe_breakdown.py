@@ -66,8 +66,10 @@ CATEGORIES = [
         "group_scan_kernel", "group_rows_kernel", "route_rows_kernel", "row_gather_kernel",
         "combine_rows_kernel", "combine_rows_backward_kernel", "combine_weights_grad_kernel",
         "group_partials_sum_kernel"]),
-    ("attention softmax", ["causal_softmax_kernel", "causal_softmax_backward_kernel"]),
-    ("attention head split/merge, RoPE", ["split_heads_kernel", "merge_heads_kernel", "rope_kernel"]),
+    ("attention softmax", ["causal_softmax_kernel", "causal_softmax_backward_kernel",
+                           "causal_softmax_vector_kernel", "causal_softmax_backward_vector_kernel"]),
+    ("attention head split/merge, RoPE", ["split_heads_kernel", "merge_heads_kernel", "rope_kernel",
+                                          "split_heads_vector_kernel", "merge_heads_vector_kernel"]),
     ("norms", ["norm_forward_kernel", "norm_backward_kernel", "norm_param_partials_kernel",
                "column_partials_sum_kernel"]),
     ("activations (SwiGLU)", ["activation_forward_kernel", "activation_backward_kernel"]),
@@ -100,7 +102,9 @@ FWD_OPEN = ("row_gather_kernel",)
 BWD_OPEN = ("combine_rows_backward_kernel", "combine_weights_grad_kernel")
 CLOSE = "combine_rows_kernel"
 BWD_SPLIT = "activation_backward_kernel"
-HEADS_OPEN, HEADS_CLOSE = "split_heads_kernel", "merge_heads_kernel"
+# (the pair kernels, or the vector kernels where a head is whole 16-byte vectors)
+HEADS_OPEN = ("split_heads_kernel", "split_heads_vector_kernel")
+HEADS_CLOSE = ("merge_heads_kernel", "merge_heads_vector_kernel")
 
 
 def starts(name, prefix):
@@ -375,11 +379,12 @@ def synthetic_trace(path):
         for layer in range(2):
             k("norm_forward_kernel_n_4")
             k(lt)  # qkv
-            k("split_heads_kernel")
+            # The second layer's attention takes the vector kernels' names.
+            k("split_heads_vector_kernel_n_4" if layer else "split_heads_kernel")
             k(lt)
-            k("causal_softmax_kernel")
+            k("causal_softmax_vector_kernel_n_4" if layer else "causal_softmax_kernel")
             k(lt)
-            k("merge_heads_kernel")
+            k("merge_heads_vector_kernel_n_4" if layer else "merge_heads_kernel")
             k(lt)  # proj
             k(lt)  # router
             k("top_k_kernel")
