@@ -223,56 +223,6 @@ pub fn group_amax_kernel(
     }
 }
 
-/// `group_amax_kernel` without the RHT over 8-element chunks (one 16-byte vector of a 16-bit
-/// input, two of f32): a cube covers a whole band of 16 rows, its units striding over the band's
-/// (row, chunk) pairs, so a band takes one cube and one tree instead of one per 512 columns. The
-/// pair kernel read the fine-grained MoE's expert inputs at about half an H200's bandwidth
-/// (2026-11-28).
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-pub fn group_amax_vector_kernel<N: Size>(
-    input: &Array<Vector<u32, N>>,
-    group_start: &Array<u32>,
-    group_rows: &Array<u32>,
-    row_index: &Array<u32>,
-    out_rowwise: &mut Array<Atomic<u32>>,
-    chunks_per_row: usize,
-    groups: usize,
-    src_rows: usize,
-    #[comptime] kind: ElemKind,
-    #[comptime] gathered: bool,
-) {
-    let row0 = CUBE_POS_Y as usize * GROUP_AMAX_ROWS;
-    let g = find_group(group_start, groups, row0);
-    let in_group = row0 - usize::cast_from(group_start[g]) < usize::cast_from(group_rows[g]);
-    // Uniform per cube: a tail band leaves before any synchronization.
-    if in_group {
-        let mut values = Array::<f32>::new(8usize);
-        let mut local = 0u32;
-        for i in range_stepped(UNIT_POS as usize, GROUP_AMAX_ROWS * chunks_per_row, AMAX_UNITS) {
-            let r = i / chunks_per_row;
-            let c = i % chunks_per_row;
-            // Gathered: row `row_index[r]` of the packed input, nothing past its last row.
-            let mut row = row0 + r;
-            let mut present = true;
-            if comptime![gathered] {
-                row = usize::cast_from(row_index[row0 + r]);
-                present = row < src_rows;
-            }
-            if present {
-                load_chunk::<N>(input, (row * chunks_per_row + c) * 8, &mut values, 0usize, kind);
-                #[unroll]
-                for e in 0..8usize {
-                    let a = abs_bits_for_amax(values[e]);
-                    local = select(a > local, a, local);
-                }
-            }
-        }
-        let mut scratch = SharedMemory::<u32>::new(AMAX_UNITS);
-        cube_max_into(local, &mut scratch, out_rowwise, g, AMAX_UNITS);
-    }
-}
-
 /// One amax per row group (f32 bits, `[groups.count]`), and with `rht` one amax of `RHT(xᵀ)` per
 /// group. Needs `cols % 2 == 0`; every group's rows are a multiple of 16.
 pub fn group_amax<R: Runtime>(
@@ -301,28 +251,6 @@ pub fn group_amax_gathered<R: Runtime>(
         dummy(client)
     };
     let (start, group_rows) = groups.args();
-    if !rht && x.handle.offset_start.unwrap_or(0) % 16 == 0 {
-        // (cols % 8 == 0 above: whole chunks a row.)
-        unsafe {
-            group_amax_vector_kernel::launch_unchecked::<R>(
-                client,
-                CubeCount::Static(1, (rows / GROUP_AMAX_ROWS) as u32, 1),
-                CubeDim::new_1d(AMAX_UNITS as u32),
-                INPUT_VECTOR,
-                arg(x.handle, x.words()),
-                start,
-                group_rows,
-                row_index,
-                arg(&rowwise, groups.count),
-                x.cols / 8,
-                groups.count,
-                src_rows,
-                x.kind,
-                gather.is_some(),
-            )
-        };
-        return Ok((rowwise, post_rht));
-    }
     unsafe {
         group_amax_kernel::launch_unchecked::<R>(
             client,
