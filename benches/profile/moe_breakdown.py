@@ -64,7 +64,8 @@ CATEGORIES = [
     ("routing and permutation", [
         "top_k_kernel", "chunk_rank_kernel", "chunk_scan_kernel", "expert_position_kernel",
         "group_scan_kernel", "group_rows_kernel", "route_rows_kernel", "row_gather_kernel",
-        "combine_rows_kernel", "combine_rows_backward_kernel", "combine_weights_grad_kernel",
+        "row_gather_vector_kernel", "combine_rows_kernel", "combine_rows_backward_kernel",
+        "combine_rows_backward_vector_kernel", "combine_weights_grad_kernel",
         "group_partials_sum_kernel"]),
     ("attention softmax", ["causal_softmax_kernel", "causal_softmax_backward_kernel",
                            "causal_softmax_vector_kernel", "causal_softmax_backward_vector_kernel"]),
@@ -98,8 +99,9 @@ TABLE_ORDER = ([f"grouped {k}: {i}" for k in GEMM_KINDS for i in IMPLS]
                + [DENSE, ATTN_GEMM] + [c for c, _ in CATEGORIES] + [OTHER])
 
 # Window markers (module docs).
-FWD_OPEN = ("row_gather_kernel",)
-BWD_OPEN = ("combine_rows_backward_kernel", "combine_weights_grad_kernel")
+# (the row kernels' word/pair versions, or their vector versions where rows are whole 16-byte vectors)
+FWD_OPEN = ("row_gather_kernel", "row_gather_vector_kernel")
+BWD_OPEN = ("combine_rows_backward_kernel", "combine_rows_backward_vector_kernel", "combine_weights_grad_kernel")
 CLOSE = "combine_rows_kernel"
 BWD_SPLIT = "activation_backward_kernel"
 # (the pair kernels, or the vector kernels where a head is whole 16-byte vectors)
@@ -389,7 +391,7 @@ def synthetic_trace(path):
             k(lt)  # router
             k("top_k_kernel")
             k("route_rows_kernel")
-            k("row_gather_kernel")
+            k("row_gather_vector_kernel_i_i32" if layer else "row_gather_kernel_i_i32")
             k("lowp_grouped_gemm_bf16_tn_256")
             k("activation_forward_kernel_n_4")
             k("nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_ptrBatch_TNT")
@@ -397,7 +399,7 @@ def synthetic_trace(path):
             k("kernel_binop_c_bf16_n_8")
         k(lt)  # lm head
         for layer in range(2):
-            k("combine_rows_backward_kernel")
+            k("combine_rows_backward_vector_kernel" if layer else "combine_rows_backward_kernel")
             k("combine_weights_grad_kernel")
             if layer == 0:
                 k("nvjet_sm90_tst_256x128_64x4_2x1_v_bz_coopA_ptrBatch_NNT")
