@@ -322,10 +322,12 @@ pub fn check_causal_attention_against_burn<B: LowpBackend>(device: &B::Device, d
     }
 
     // The backend op against the reference, on f32 and bf16 scores: 4 blocks of seq 16 and 2 of
-    // seq 168 (rows of whole 16-byte vectors: the vector kernels, several vectors a unit at 168),
-    // 3 blocks of seq 4 (f32 vectors, rows not filling the last cube; bf16 pairs).
+    // seq 168 (rows of whole 16-byte vectors: the vector kernels, the forward's cached variant,
+    // several vectors a unit at 168), 1 of seq 1032 (more vectors a row than the cached variant
+    // holds: the uncached forward), 3 blocks of seq 4 (f32 vectors, rows not filling the last
+    // cube; bf16 pairs).
     let scale = 0.3f32;
-    for (seq, rows, &dtype) in [(16, 64), (168, 336), (4, 12)]
+    for (seq, rows, &dtype) in [(16, 64), (168, 336), (1032, 1032), (4, 12)]
         .into_iter()
         .flat_map(|(seq, rows)| dtypes.iter().map(move |d| (seq, rows, d)))
     {
