@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use burn_lowp_kernels::cubecl::server::Handle;
 
-use super::collective_stream::CollectiveStream;
+use super::collective_stream::{CollectiveStream, CollectiveWork};
 use super::grad_reduce::ReduceOp;
 use super::nccl::{Communicator, ReduceDtype};
 use crate::error::{LowpError, Result};
@@ -52,31 +52,39 @@ impl Collectives {
     /// BF16 or FP32 (`ReduceOp::Sum` or `Avg`), the delayed-scaling amaxes in one FP32 buffer
     /// (`ReduceOp::Max`), the step's metrics.
     pub fn all_reduce(&self, send: &Handle, recv: &Handle, count: usize, dtype: ReduceDtype, op: ReduceOp) -> Result<()> {
-        let bytes = count
-            .checked_mul(dtype.size())
-            .ok_or_else(|| LowpError::invalid("all-reduce count", count, "overflows"))?;
-        check_holds("all-reduce input", send, bytes)?;
-        check_holds("all-reduce output", recv, bytes)?;
-        let comm = self.comm.clone();
-        self.stream.submit(
-            vec![send.clone(), recv.clone()],
-            Box::new(move |stream, ptrs| unsafe { comm.all_reduce(stream, ptrs[0], ptrs[1], count, dtype, op) }),
-        )
+        self.queue_all_reduce(send, recv, count, dtype, op, true)
     }
 
     /// `all_reduce` that leaves CubeCL's stream free to go on (`CollectiveStream::submit_unjoined`):
     /// `recv` must not be used on CubeCL before `join`.
     pub fn all_reduce_unjoined(&self, send: &Handle, recv: &Handle, count: usize, dtype: ReduceDtype, op: ReduceOp) -> Result<()> {
+        self.queue_all_reduce(send, recv, count, dtype, op, false)
+    }
+
+    /// The all-reduce's checks and queueing, ordered before CubeCL's next work (`joined`) or not.
+    fn queue_all_reduce(
+        &self,
+        send: &Handle,
+        recv: &Handle,
+        count: usize,
+        dtype: ReduceDtype,
+        op: ReduceOp,
+        joined: bool,
+    ) -> Result<()> {
         let bytes = count
             .checked_mul(dtype.size())
             .ok_or_else(|| LowpError::invalid("all-reduce count", count, "overflows"))?;
         check_holds("all-reduce input", send, bytes)?;
         check_holds("all-reduce output", recv, bytes)?;
         let comm = self.comm.clone();
-        self.stream.submit_unjoined(
-            vec![send.clone(), recv.clone()],
-            Box::new(move |stream, ptrs| unsafe { comm.all_reduce(stream, ptrs[0], ptrs[1], count, dtype, op) }),
-        )
+        let buffers = vec![send.clone(), recv.clone()];
+        let work: CollectiveWork =
+            Box::new(move |stream, ptrs| unsafe { comm.all_reduce(stream, ptrs[0], ptrs[1], count, dtype, op) });
+        if joined {
+            self.stream.submit(buffers, work)
+        } else {
+            self.stream.submit_unjoined(buffers, work)
+        }
     }
 
     /// Orders the calling thread's next CubeCL work after every collective queued on this
