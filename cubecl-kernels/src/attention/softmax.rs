@@ -462,8 +462,8 @@ pub fn causal_softmax_vector_kernel<N: Size>(
 /// where the vector kernel reads them three times and takes two. The same sums in the same
 /// order; the scaled score is rounded to f32 before the max is subtracted, where the compiler may
 /// fuse the vector kernel's multiply and subtract, so values can differ in the last bit. On an
-/// H200 (2026-11-28) it ran the fine-grained step's `[131072, 1024]` bf16 forward in 199 µs
-/// against the vector kernel's 212: what bounds it is not the reads.
+/// H200 (2026-11-28) it ran the fine-grained step's `[131072, 1024]` bf16 forward in 199 µs,
+/// where the vector kernel had taken 212 in an earlier call: what bounds it is not the reads.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn causal_softmax_cached_kernel<N: Size>(
