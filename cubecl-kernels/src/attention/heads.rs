@@ -21,6 +21,7 @@ use crate::attention::rope::rotate_pair;
 use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
+use crate::util::matrix::INPUT_VECTOR;
 use crate::util::pairs::{load_pair, pair_word, store_pair, word_pair};
 
 use cubecl::prelude::*;
@@ -28,8 +29,6 @@ use cubecl::server::Handle;
 
 /// Units per cube.
 pub const HEADS_UNITS: usize = 256;
-/// Words of a vector (16 bytes).
-const VECTOR_WORDS: usize = 4;
 
 /// Where unit `pair` of a split or merge works: its part p, its pair r within the part
 /// (elements `2r, 2r + 1` of the part's `[batch · heads, seq, head]` layout), the pair's element
@@ -135,7 +134,7 @@ impl HeadLayout {
     /// 16-byte vectors a head holds, where a head is whole vectors (the vector kernels).
     fn head_vectors(&self, kind: ElemKind) -> Option<usize> {
         let bytes = self.head * kind.bytes();
-        (bytes % (VECTOR_WORDS * 4) == 0).then_some(bytes / (VECTOR_WORDS * 4))
+        (bytes % (INPUT_VECTOR * 4) == 0).then_some(bytes / (INPUT_VECTOR * 4))
     }
 
     fn vectors_per_part(&self, head_vectors: usize) -> usize {
@@ -212,7 +211,7 @@ pub fn split_heads<R: Runtime>(
                 client,
                 layout.vector_cubes(client, head_vectors),
                 CubeDim::new_1d(HEADS_UNITS as u32),
-                VECTOR_WORDS,
+                INPUT_VECTOR,
                 arg(x, part_words * layout.parts),
                 freq_arg,
                 vector_out(0),
@@ -315,7 +314,7 @@ pub fn merge_heads<R: Runtime>(
                 client,
                 layout.vector_cubes(client, head_vectors),
                 CubeDim::new_1d(HEADS_UNITS as u32),
-                VECTOR_WORDS,
+                INPUT_VECTOR,
                 vector_input(0),
                 vector_input(1),
                 vector_input(2),
@@ -410,7 +409,7 @@ fn move_vector<N: Size>(
             }
         } else {
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 let (a, b) = word_pair(words[w], kind);
                 let (ya, yb) = rotate_pair(a, b, freq, f + 4 * w, inverse);
                 packed[w] = pair_word(ya, yb, kind);
@@ -442,7 +441,7 @@ pub fn split_heads_vector_kernel<N: Size>(
 ) {
     let q = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
     if q < vectors_per_part * parts {
-        let pairs_per_vector = comptime![VECTOR_WORDS * 2 / kind.bytes()];
+        let pairs_per_vector = comptime![INPUT_VECTOR * 2 / kind.bytes()];
         let (p, r, from, f) = place_vector(q, vectors_per_part, parts, heads, seq, head_vectors, half, pairs_per_vector);
         let rotate = p < rope_parts;
         if p == 0 {
@@ -475,7 +474,7 @@ pub fn merge_heads_vector_kernel<N: Size>(
 ) {
     let q = CUBE_POS as usize * HEADS_UNITS + UNIT_POS as usize;
     if q < vectors_per_part * parts {
-        let pairs_per_vector = comptime![VECTOR_WORDS * 2 / kind.bytes()];
+        let pairs_per_vector = comptime![INPUT_VECTOR * 2 / kind.bytes()];
         let (p, r, to, f) = place_vector(q, vectors_per_part, parts, heads, seq, head_vectors, half, pairs_per_vector);
         let rotate = p < rope_parts;
         if p == 0 {

@@ -27,7 +27,7 @@
 use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
-use crate::util::matrix::WordMatrix;
+use crate::util::matrix::{WordMatrix, INPUT_VECTOR};
 use crate::util::pairs::{load_pair, pair_word, store_pair, vector_element, word_elements};
 use crate::util::reduce::{cube_max_f32, cube_sum, plane_tree_max, plane_tree_sum, planes_of_32};
 
@@ -128,7 +128,7 @@ pub fn causal_softmax<R: Runtime>(
                     client,
                     cubes,
                     units,
-                    VECTOR_WORDS,
+                    INPUT_VECTOR,
                     x.arg(),
                     ArrayArg::from_raw_parts(out.clone(), x.words()),
                     x.rows,
@@ -147,7 +147,7 @@ pub fn causal_softmax<R: Runtime>(
                 client,
                 cubes,
                 units,
-                VECTOR_WORDS,
+                INPUT_VECTOR,
                 x.arg(),
                 ArrayArg::from_raw_parts(out.clone(), x.words()),
                 x.rows,
@@ -237,7 +237,7 @@ pub fn causal_softmax_backward<R: Runtime>(
                 client,
                 cubes,
                 units,
-                VECTOR_WORDS,
+                INPUT_VECTOR,
                 p.arg(),
                 arg(dp, p.words()),
                 ArrayArg::from_raw_parts(out.clone(), p.words()),
@@ -271,15 +271,13 @@ pub fn causal_softmax_backward<R: Runtime>(
 /// Rows a cube of the vector kernels holds, one plane of `SOFTMAX_UNITS` units each.
 pub const SOFTMAX_ROWS_PER_CUBE: usize = 8;
 const VECTOR_UNITS: usize = SOFTMAX_UNITS * SOFTMAX_ROWS_PER_CUBE;
-/// Words of a vector (16 bytes).
-const VECTOR_WORDS: usize = 4;
 /// Vectors a unit of `causal_softmax_cached_kernel` holds: rows of up to 128 vectors (1024 bf16
 /// or 512 f32 keys).
 const CACHED_VECTORS: usize = 4;
 
 /// Whether the vector kernels take `x`: its rows are whole 16-byte vectors.
 fn whole_vectors(x: &WordMatrix) -> bool {
-    (x.cols * x.kind.bytes()) % (VECTOR_WORDS * 4) == 0
+    (x.cols * x.kind.bytes()) % (INPUT_VECTOR * 4) == 0
 }
 
 /// The vector kernels' cubes, cube shape and vectors a row.
@@ -291,7 +289,7 @@ fn vector_launch<R: Runtime>(
     (
         cubecl::server::CubeCountSelection::new(client, cubes).cube_count(),
         CubeDim::new_1d(VECTOR_UNITS as u32),
-        x.cols * x.kind.bytes() / (VECTOR_WORDS * 4),
+        x.cols * x.kind.bytes() / (INPUT_VECTOR * 4),
     )
 }
 
@@ -392,14 +390,14 @@ pub fn causal_softmax_vector_kernel<N: Size>(
     let mut scratch = SharedMemory::<f32>::new(VECTOR_UNITS);
     let (row, lane, visible) = vector_row(rows, seq);
     let per_word = comptime![word_elements(kind)];
-    let per_vector = comptime![VECTOR_WORDS * word_elements(kind)];
+    let per_vector = comptime![INPUT_VECTOR * word_elements(kind)];
     let visible_vectors = (visible + per_vector - 1) / per_vector;
     let base = row * row_vectors;
     let mut local_max = -infinity;
     for v in range_stepped(lane, visible_vectors, SOFTMAX_UNITS) {
         let words = x[base + v];
         #[unroll]
-        for w in 0..VECTOR_WORDS {
+        for w in 0..INPUT_VECTOR {
             #[unroll]
             for e in 0..per_word {
                 if v * per_vector + w * per_word + e < visible {
@@ -413,7 +411,7 @@ pub fn causal_softmax_vector_kernel<N: Size>(
     for v in range_stepped(lane, visible_vectors, SOFTMAX_UNITS) {
         let words = x[base + v];
         #[unroll]
-        for w in 0..VECTOR_WORDS {
+        for w in 0..INPUT_VECTOR {
             #[unroll]
             for e in 0..per_word {
                 if v * per_vector + w * per_word + e < visible {
@@ -427,13 +425,13 @@ pub fn causal_softmax_vector_kernel<N: Size>(
         for v in range_stepped(lane, row_vectors, SOFTMAX_UNITS) {
             let mut packed = Vector::<u32, N>::empty();
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 packed[w] = 0u32;
             }
             if v < visible_vectors {
                 let words = x[base + v];
                 #[unroll]
-                for w in 0..VECTOR_WORDS {
+                for w in 0..INPUT_VECTOR {
                     let c = v * per_vector + w * per_word;
                     let mut pa = 0.0f32;
                     let mut pb = 0.0f32;
@@ -480,11 +478,11 @@ pub fn causal_softmax_cached_kernel<N: Size>(
     let mut scratch = SharedMemory::<f32>::new(VECTOR_UNITS);
     let (row, lane, visible) = vector_row(rows, seq);
     let per_word = comptime![word_elements(kind)];
-    let per_vector = comptime![VECTOR_WORDS * word_elements(kind)];
+    let per_vector = comptime![INPUT_VECTOR * word_elements(kind)];
     let visible_vectors = (visible + per_vector - 1) / per_vector;
     let base = row * row_vectors;
     // Unit-local vector i is the row's vector lane + 32 · i; its element j at i · per_vector + j.
-    let mut held = Array::<f32>::new(comptime![CACHED_VECTORS * VECTOR_WORDS * word_elements(kind)]);
+    let mut held = Array::<f32>::new(comptime![CACHED_VECTORS * INPUT_VECTOR * word_elements(kind)]);
     let mut local_max = -infinity;
     #[unroll]
     for i in 0..CACHED_VECTORS {
@@ -492,7 +490,7 @@ pub fn causal_softmax_cached_kernel<N: Size>(
         if v < visible_vectors {
             let words = x[base + v];
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 #[unroll]
                 for e in 0..per_word {
                     let s = vector_element::<N>(words, w, e, kind) * scale;
@@ -511,7 +509,7 @@ pub fn causal_softmax_cached_kernel<N: Size>(
         let v = lane + i * SOFTMAX_UNITS;
         if v < visible_vectors {
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 #[unroll]
                 for e in 0..per_word {
                     let j = i * per_vector + w * per_word + e;
@@ -532,12 +530,12 @@ pub fn causal_softmax_cached_kernel<N: Size>(
             if v < row_vectors {
                 let mut packed = Vector::<u32, N>::empty();
                 #[unroll]
-                for w in 0..VECTOR_WORDS {
+                for w in 0..INPUT_VECTOR {
                     packed[w] = 0u32;
                 }
                 if v < visible_vectors {
                     #[unroll]
-                    for w in 0..VECTOR_WORDS {
+                    for w in 0..INPUT_VECTOR {
                         let c = v * per_vector + w * per_word;
                         let j = i * per_vector + w * per_word;
                         let mut pa = 0.0f32;
@@ -579,7 +577,7 @@ pub fn causal_softmax_backward_vector_kernel<N: Size>(
     let mut scratch = SharedMemory::<f32>::new(VECTOR_UNITS);
     let (row, lane, visible) = vector_row(rows, seq);
     let per_word = comptime![word_elements(kind)];
-    let per_vector = comptime![VECTOR_WORDS * word_elements(kind)];
+    let per_vector = comptime![INPUT_VECTOR * word_elements(kind)];
     let visible_vectors = (visible + per_vector - 1) / per_vector;
     let base = row * row_vectors;
     let mut local_dot = 0.0f32;
@@ -587,7 +585,7 @@ pub fn causal_softmax_backward_vector_kernel<N: Size>(
         let pw = p[base + v];
         let gw = dp[base + v];
         #[unroll]
-        for w in 0..VECTOR_WORDS {
+        for w in 0..INPUT_VECTOR {
             #[unroll]
             for e in 0..per_word {
                 if v * per_vector + w * per_word + e < visible {
@@ -602,14 +600,14 @@ pub fn causal_softmax_backward_vector_kernel<N: Size>(
         for v in range_stepped(lane, row_vectors, SOFTMAX_UNITS) {
             let mut packed = Vector::<u32, N>::empty();
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 packed[w] = 0u32;
             }
             if v < visible_vectors {
                 let pw = p[base + v];
                 let gw = dp[base + v];
                 #[unroll]
-                for w in 0..VECTOR_WORDS {
+                for w in 0..INPUT_VECTOR {
                     let c = v * per_vector + w * per_word;
                     let mut da = 0.0f32;
                     let mut db = 0.0f32;

@@ -16,7 +16,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::util::buffers::{arg, dummy};
-use crate::util::matrix::InputMatrix;
+use crate::util::matrix::{InputMatrix, INPUT_VECTOR};
 
 /// Units per cube (one row per cube).
 const UNITS: usize = 256;
@@ -69,7 +69,7 @@ pub fn row_gather_vector_kernel<I: Int, N: Size>(
         } else {
             let mut zero = Vector::<u32, N>::empty();
             #[unroll]
-            for w in 0..VECTOR_WORDS {
+            for w in 0..INPUT_VECTOR {
                 zero[w] = 0u32;
             }
             for v in range_stepped(UNIT_POS as usize, vectors, UNITS) {
@@ -79,8 +79,6 @@ pub fn row_gather_vector_kernel<I: Int, N: Size>(
     }
 }
 
-/// Words of a vector (16 bytes).
-const VECTOR_WORDS: usize = 4;
 
 /// Integer types of the row index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +107,7 @@ pub fn row_gather<R: Runtime>(
     let arg = |h: &Handle, len: usize| unsafe { ArrayArg::from_raw_parts(h.clone(), len.max(1)) };
     let dim = CubeDim::new_1d(UNITS as u32);
     // Whole vectors a row, and the source at a 16-byte offset (the output is new).
-    if words % VECTOR_WORDS == 0 && src.offset_start.unwrap_or(0) % 16 == 0 {
+    if words % INPUT_VECTOR == 0 && src.offset_start.unwrap_or(0) % 16 == 0 {
         macro_rules! launch_vectors {
             ($i:ty) => {
                 unsafe {
@@ -117,13 +115,13 @@ pub fn row_gather<R: Runtime>(
                         client,
                         count,
                         dim,
-                        VECTOR_WORDS,
+                        INPUT_VECTOR,
                         arg(src, src_rows * words),
                         arg(index, index_len),
                         arg(&out, index_len * words),
                         src_rows,
                         index_len,
-                        words / VECTOR_WORDS,
+                        words / INPUT_VECTOR,
                     )
                 }
             };

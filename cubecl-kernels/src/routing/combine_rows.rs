@@ -12,7 +12,7 @@ use crate::util::buffers::arg;
 use crate::util::elements::ElemKind;
 use crate::util::error::KernelError;
 use crate::util::grid::linear_cubes;
-use crate::util::matrix::WordMatrix;
+use crate::util::matrix::{WordMatrix, INPUT_VECTOR};
 use crate::util::pairs::{load_pair, pair_word, store_pair, word_pair};
 use crate::util::reduce::cube_sum;
 
@@ -128,8 +128,6 @@ pub fn combine_rows_backward_kernel(
     }
 }
 
-/// Words of a vector (16 bytes).
-const VECTOR_WORDS: usize = 4;
 
 /// `combine_rows_backward_kernel` over 16-byte vectors (`vectors` a row): each element times the
 /// weight in f32, rounded once, as the pair kernel.
@@ -161,7 +159,7 @@ pub fn combine_rows_backward_vector_kernel<N: Size>(
             if a < n {
                 let g = dout[(a / k) * vectors + v];
                 #[unroll]
-                for i in 0..VECTOR_WORDS {
+                for i in 0..INPUT_VECTOR {
                     if comptime![kind == ElemKind::F32] {
                         packed[i] = u32::reinterpret(w * f32::reinterpret(g[i]));
                     } else {
@@ -171,7 +169,7 @@ pub fn combine_rows_backward_vector_kernel<N: Size>(
                 }
             } else {
                 #[unroll]
-                for i in 0..VECTOR_WORDS {
+                for i in 0..INPUT_VECTOR {
                     packed[i] = 0u32;
                 }
             }
@@ -200,7 +198,7 @@ pub fn combine_rows_backward<R: Runtime>(
                 client,
                 linear_cubes(client, rows),
                 CubeDim::new_1d(ROW_UNITS as u32),
-                VECTOR_WORDS,
+                INPUT_VECTOR,
                 dout.arg(),
                 arg(weights.unwrap_or(row_assignment), n),
                 arg(row_assignment, rows),
